@@ -1,0 +1,1 @@
+"""Turns simulation records into what people read: metrics, goodput, plots, files."""

@@ -1,0 +1,75 @@
+"""Write a run's files (parquet, summary.json) atomically and print its summary table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.cost.base import BOUNDS
+from sim.records import Records
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Write through a temp file in the same folder, then rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _json_safe(v):
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if math.isnan(v) else float(v)
+    return v
+
+
+def write_run(records: Records, summary: dict, outdir: Path) -> None:
+    """``requests.parquet``, ``timeline.parquet`` and ``summary.json`` into ``outdir``."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    tl = records.timeline.copy()
+    tl["bound"] = pd.Categorical.from_codes(tl["bound"].astype(int), categories=list(BOUNDS))
+    _atomic_write(outdir / "requests.parquet", lambda p: records.requests.to_parquet(p, index=False))
+    _atomic_write(outdir / "timeline.parquet", lambda p: tl.to_parquet(p, index=False))
+    text = json.dumps(_json_safe(summary), indent=2) + "\n"
+    _atomic_write(outdir / "summary.json", lambda p: Path(p).write_text(text))
+
+
+def format_summary(s: dict) -> str:
+    """A vLLM-benchmark-style table of the main metrics."""
+    rows = [("Completed requests", s["completed"]), ("Rejected requests", s["rejected"]),
+            ("Duration (s)", s["duration_s"]),
+            ("Request throughput (req/s)", s["request_throughput"]),
+            ("Output token throughput (tok/s)", s["output_throughput"]),
+            ("Total token throughput (tok/s)", s["total_token_throughput"])]
+    if "request_goodput" in s:
+        rows += [("Request goodput (req/s)", s["request_goodput"]),
+                 ("SLO attainment", s["slo_attainment"])]
+    for name, title in (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"),
+                        ("itl_ms", "ITL (ms)"), ("e2el_ms", "E2E latency (ms)")):
+        rows += [(f"{p.capitalize()} {title}", s[f"{p}_{name}"])
+                 for p in ("mean", "median", "p90", "p99")]
+    rows += [("Mean batch size (seqs)", s.get("mean_batch_size", float("nan"))),
+             ("Mean KV-cache usage", s.get("mean_kv_usage", float("nan"))),
+             ("Preemptions", s["num_preemptions"])]
+    rows += [(f"Step time bound by {b}", s.get(f"{b}_bound_share", 0.0)) for b in BOUNDS]
+    lines = ["{s:{c}^60}".format(s=" Serving Benchmark Result (simulated) ", c="=")]
+    for label, v in rows:
+        val = f"{v:.2f}" if isinstance(v, float) else str(v)
+        lines.append(f"{label:<44}{val:>16}")
+    lines.append("=" * 60)
+    return "\n".join(lines)

@@ -1,0 +1,11 @@
+"""Workload scenarios: turn a workload config into a table of requests (no GPUs, no sim).
+
+``build_requests(workload, rng_arrivals, rng_lengths)`` is the public entry; see
+``scenarios.workload`` for the table's contract.
+"""
+
+from scenarios.config import LengthConfig, WorkloadConfig, check_workload
+from scenarios.errors import WorkloadError
+from scenarios.workload import build_requests
+
+__all__ = ["LengthConfig", "WorkloadConfig", "WorkloadError", "build_requests", "check_workload"]

@@ -1,0 +1,156 @@
+"""Typed schemas of the ``workload`` config group and their range checks.
+
+``WorkloadConfig`` is the Hydra structured-config schema behind ``conf/workload/*.yaml``
+(registered as ``base_workload`` in group ``workload``), so a wrong type or an unknown key fails
+when Hydra composes the config. ``check_workload`` does the range and cross-field checks a type
+cannot express and raises ``WorkloadError`` naming the full dotted field, e.g.
+``workload.input.sigma``. It does no file I/O; unreadable traces and length files are reported
+by ``build_requests`` with the same kind of error.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+from scenarios.errors import WorkloadError
+
+ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
+LENGTH_DISTS = ("fixed", "uniform", "lognormal", "empirical")
+THINK_TIME_DISTS = ("fixed", "exponential")
+
+
+@dataclass
+class LengthConfig:
+    """One token-length distribution (input or output tokens of a request)."""
+
+    dist: str = "fixed"  # fixed | uniform | lognormal | empirical
+    value: int = 128  # fixed
+    # uniform: inclusive integer bounds; lognormal: truncation bounds.
+    low: int = 1
+    high: int = 1024
+    # lognormal: mean and sd of log(tokens), truncated to [low, high].
+    mu: float = 0.0
+    sigma: float = 1.0
+    # empirical: CSV file (relative: against the cwd) and column to resample with replacement
+    # (column None: input_tokens or output_tokens, whichever this distribution is for).
+    path: str | None = None
+    column: str | None = None
+
+
+@dataclass
+class WorkloadConfig:
+    """How requests arrive and how long they are."""
+
+    name: str = "???"
+    arrival: str = "poisson"  # poisson | gamma | closed_loop | trace
+    rate: float = 10.0  # req/s (poisson, gamma)
+    cv: float = 1.0  # gamma inter-arrival coefficient of variation (1 = Poisson)
+    num_requests: int = 1000  # poisson, gamma, closed_loop; ignored by trace
+    concurrency: int = 8  # closed_loop clients
+    # closed_loop: mean think time between a completion and the client's next request.
+    think_time_s: float = 0.0
+    think_time_dist: str = "fixed"  # fixed | exponential
+    trace_path: str | None = None  # trace replay CSV (relative paths: against the cwd)
+    time_scale: float = 1.0  # trace: multiply inter-arrival gaps by this (0.5 = twice as fast)
+    # trace window [start, end) in the trace's own time, before scaling.
+    window_start_s: float = 0.0
+    window_end_s: float | None = None
+    max_requests: int | None = None  # trace: keep at most this many rows (None: all)
+    input_tokens: int | None = None  # fixes every request's input length (overrides all else)
+    output_tokens: int | None = None  # likewise for the output length
+    input: LengthConfig = field(default_factory=LengthConfig)
+    output: LengthConfig = field(default_factory=LengthConfig)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_positive(name: str, x: Any) -> None:
+    if not (_finite(x) and x > 0):
+        raise WorkloadError(name, x, "must be a finite number > 0")
+
+
+def _check_nonnegative(name: str, x: Any) -> None:
+    if not (_finite(x) and x >= 0):
+        raise WorkloadError(name, x, "must be a finite number >= 0")
+
+
+def _check_choice(name: str, x: Any, choices: tuple[str, ...]) -> None:
+    if x not in choices:
+        raise WorkloadError(name, x, f"one of {list(choices)}")
+
+
+def _check_int_at_least(name: str, x: Any, least: int) -> None:
+    if not (isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= least):
+        raise WorkloadError(name, x, f"must be an integer >= {least}")
+
+
+def check_length(length: Any, prefix: str) -> None:
+    """Range checks of one ``LengthConfig``; ``prefix`` is its dotted path (``workload.input``)."""
+    _check_choice(f"{prefix}.dist", length.dist, LENGTH_DISTS)
+    if length.dist == "fixed":
+        _check_int_at_least(f"{prefix}.value", length.value, 1)
+    if length.dist in ("uniform", "lognormal"):
+        _check_int_at_least(f"{prefix}.low", length.low, 1)
+        _check_int_at_least(f"{prefix}.high", length.high, 1)
+        if length.high < length.low:
+            raise WorkloadError(
+                f"{prefix}.high", length.high, f"must be >= {prefix}.low={length.low}"
+            )
+    if length.dist == "lognormal":
+        if not _finite(length.mu):
+            raise WorkloadError(f"{prefix}.mu", length.mu, "must be a finite number")
+        _check_positive(f"{prefix}.sigma", length.sigma)
+    if length.dist == "empirical" and not length.path:
+        raise WorkloadError(
+            f"{prefix}.path",
+            length.path,
+            "a CSV file to resample is required when dist is 'empirical'",
+        )
+
+
+def check_workload(w: Any) -> None:
+    """Validate a workload config (dataclass or DictConfig); raise ``WorkloadError`` if bad.
+
+    Every numeric field is range-checked whatever the arrival process, so a bad override never
+    goes unnoticed; the length distributions are checked only when they are used (not for traces).
+    """
+    _check_choice("workload.arrival", w.arrival, ARRIVALS)
+    _check_positive("workload.rate", w.rate)
+    _check_positive("workload.cv", w.cv)
+    is_trace = w.arrival == "trace"
+    _check_int_at_least("workload.num_requests", w.num_requests, 0 if is_trace else 1)
+    _check_int_at_least("workload.concurrency", w.concurrency, 1)
+    _check_nonnegative("workload.think_time_s", w.think_time_s)
+    _check_choice("workload.think_time_dist", w.think_time_dist, THINK_TIME_DISTS)
+    _check_positive("workload.time_scale", w.time_scale)
+    if not _finite(w.window_start_s):
+        raise WorkloadError("workload.window_start_s", w.window_start_s, "must be a finite number")
+    if w.window_end_s is not None and not (
+        _finite(w.window_end_s) and w.window_end_s > w.window_start_s
+    ):
+        raise WorkloadError(
+            "workload.window_end_s",
+            w.window_end_s,
+            f"must be > workload.window_start_s={w.window_start_s} (or null)",
+        )
+    if w.max_requests is not None:
+        _check_int_at_least("workload.max_requests", w.max_requests, 1)
+    for name in ("input_tokens", "output_tokens"):
+        value = getattr(w, name)
+        if value is not None:
+            _check_int_at_least(f"workload.{name}", value, 1)
+    if is_trace:
+        if not w.trace_path:
+            raise WorkloadError(
+                "workload.trace_path",
+                w.trace_path,
+                "a trace CSV is required when arrival is 'trace'",
+            )
+    else:
+        check_length(w.input, "workload.input")
+        check_length(w.output, "workload.output")

@@ -1,0 +1,146 @@
+"""Trace replay: read, validate and window a request trace CSV.
+
+Format (see ``shared/traces/README.md``): columns ``arrival_time_s`` (float seconds, rows sorted),
+``input_tokens`` and ``output_tokens`` (non-negative ints), optional ``hash_ids`` (space-separated
+ints: prefix-block hashes, Mooncake style); other columns are ignored. Every problem raises one
+``WorkloadError`` naming the config field of the path and what is wrong, with the first bad row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from scenarios.errors import WorkloadError
+
+REQUIRED = ("arrival_time_s", "input_tokens", "output_tokens")
+FIELD = "workload.trace_path"
+
+
+def _row(i: int) -> str:
+    return f"row {i} (line {i + 2})"
+
+
+def _numeric(raw: pd.Series, path: str, field: str) -> np.ndarray:
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WorkloadError(
+            field,
+            path,
+            f"column {raw.name!r} {_row(i)} is {raw.iloc[i]!r}; expected a finite number",
+        )
+    return values
+
+
+def _lengths(raw: pd.Series, path: str, field: str) -> np.ndarray:
+    values = _numeric(raw, path, field)
+    bad = (values < 0) | (values != np.floor(values))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WorkloadError(
+            field,
+            path,
+            f"column {raw.name!r} {_row(i)} is {raw.iloc[i]!r}; "
+            "token lengths must be non-negative integers",
+        )
+    return values.astype(np.int64)
+
+
+def parse_hash_ids(raw: pd.Series, path: str, field: str = FIELD) -> np.ndarray:
+    """Parse a column of space-separated ints into an object array of int tuples (empty: ())."""
+    out = np.empty(len(raw), dtype=object)
+    for i, text in enumerate(raw.tolist()):
+        if not isinstance(text, str):  # missing cell
+            out[i] = ()
+            continue
+        try:
+            out[i] = tuple(int(t) for t in text.split())
+        except ValueError:
+            raise WorkloadError(
+                field,
+                path,
+                f"column 'hash_ids' {_row(i)} is {text!r}; expected space-separated integers",
+            ) from None
+    return out
+
+
+def read_trace(path: str, field: str = FIELD) -> pd.DataFrame:
+    """Read and validate a trace CSV into ``arrival_time_s``, ``input_tokens``, ``output_tokens``
+    (and ``hash_ids`` as tuples of ints when present), in file order and raw trace time.
+
+    Lengths may be 0 here (some traces have them); ``build_requests`` rejects lengths < 1 that
+    no fixed override replaces.
+    """
+    try:
+        header = list(pd.read_csv(path, nrows=0).columns)
+    except FileNotFoundError:
+        raise WorkloadError(field, path, "file not found") from None
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise WorkloadError(
+            field, path, f"missing column {missing[0]!r} (needs {list(REQUIRED)}, has {header})"
+        )
+    has_hash = "hash_ids" in header
+    usecols = [*REQUIRED, "hash_ids"] if has_hash else list(REQUIRED)
+    try:
+        raw = pd.read_csv(path, usecols=usecols, dtype=str, keep_default_na=False, na_values=[""])
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
+    if raw.empty:
+        raise WorkloadError(field, path, "the trace has no rows")
+    arrival = _numeric(raw["arrival_time_s"], path, field)
+    down = np.diff(arrival) < 0
+    if down.any():
+        i = int(np.argmax(down)) + 1
+        raise WorkloadError(
+            field,
+            path,
+            f"arrival_time_s is not sorted: {_row(i)} is "
+            f"{arrival[i]!r}, before the previous row's {arrival[i - 1]!r}",
+        )
+    out = pd.DataFrame(
+        {
+            "arrival_time_s": arrival,
+            "input_tokens": _lengths(raw["input_tokens"], path, field),
+            "output_tokens": _lengths(raw["output_tokens"], path, field),
+        }
+    )
+    if has_hash:
+        out["hash_ids"] = pd.Series(parse_hash_ids(raw["hash_ids"], path, field), dtype=object)
+    return out
+
+
+def window_trace(
+    trace: pd.DataFrame,
+    start_s: float = 0.0,
+    end_s: float | None = None,
+    time_scale: float = 1.0,
+    max_requests: int | None = None,
+    path: str = "",
+    field: str = FIELD,
+) -> pd.DataFrame:
+    """Keep rows with raw arrival in ``[start_s, end_s)``, shift so the first kept row is at 0,
+    multiply times by ``time_scale``, then keep at most ``max_requests`` rows (None: all).
+
+    Raises ``WorkloadError`` if no row is left.
+    """
+    t = trace["arrival_time_s"].to_numpy()
+    keep = t >= start_s
+    if end_s is not None:
+        keep &= t < end_s
+    out = trace.loc[keep]
+    if max_requests is not None:
+        out = out.iloc[:max_requests]
+    if out.empty:
+        raise WorkloadError(
+            field,
+            path,
+            f"no rows in the window [{start_s}, {end_s}) s (trace spans {t[0]}..{t[-1]} s)",
+        )
+    out = out.reset_index(drop=True)
+    out["arrival_time_s"] = (out["arrival_time_s"] - out["arrival_time_s"].iloc[0]) * time_scale
+    return out

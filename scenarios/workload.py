@@ -1,0 +1,127 @@
+"""Turn a workload config into the table of requests the simulator replays.
+
+Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.DataFrame``:
+
+- ``workload`` is a ``WorkloadConfig`` or an OmegaConf ``DictConfig`` of the same shape (only
+  attribute access is used). It is checked with ``check_workload`` first; any bad value, missing
+  file or malformed trace raises one ``WorkloadError`` naming the field (``workload.…``).
+- One row per request, with exactly these columns:
+
+  ==================  =======  ==========================================================
+  ``arrival_time_s``  float64  seconds from the start of the run; NaN for closed-loop
+                               follow-ups (see below)
+  ``input_tokens``    int64    >= 1, prompt tokens
+  ``output_tokens``   int64    >= 1, tokens to generate
+  ``client``          int64    closed-loop client id; -1 for open loop (poisson, gamma, trace)
+  ``think_time_s``    float64  closed loop: wait after the client's previous completion before
+                               this request arrives; 0 for open loop and first requests
+  ``hash_ids``        object   tuple of ints (prefix-block hashes), only when the trace has it
+  ==================  =======  ==========================================================
+
+- Open loop (poisson, gamma, trace): rows are in arrival order (non-decreasing times). Poisson and
+  Gamma start at the first gap, not at 0; a trace is windowed, shifted to start at 0 and scaled.
+- Closed loop: ``num_requests`` rows, row ``i`` belongs to client ``i % concurrency``. Each
+  client's first row arrives at 0.0; each later row has NaN arrival, which the simulator sets to
+  the completion time of the same client's previous row plus this row's ``think_time_s``.
+- Lengths come from ``workload.input``/``workload.output`` (or from the trace's columns for trace
+  replay); ``workload.input_tokens``/``output_tokens``, when set, replace them for every row.
+- Randomness: arrival times and think times are drawn only from ``rng_arrivals``; lengths only
+  from ``rng_lengths`` (input and output from two independent child streams of it). So the same
+  lengths stream gives the same lengths under any arrival process with the same row count
+  (common random numbers), and the same two seeds give an identical DataFrame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scenarios.arrivals import closed_loop, gamma_arrivals, poisson_arrivals
+from scenarios.config import check_workload
+from scenarios.errors import WorkloadError
+from scenarios.lengths import sample_lengths
+from scenarios.traces import read_trace, window_trace
+
+COLUMNS = ("arrival_time_s", "input_tokens", "output_tokens", "client", "think_time_s")
+
+
+def _trace_rows(w: Any) -> pd.DataFrame:
+    path = str(w.trace_path)
+    trace = window_trace(
+        read_trace(path),
+        float(w.window_start_s),
+        None if w.window_end_s is None else float(w.window_end_s),
+        float(w.time_scale),
+        w.max_requests,
+        path,
+    )
+    n = len(trace)
+    trace["client"] = np.full(n, -1, dtype=np.int64)
+    trace["think_time_s"] = np.zeros(n)
+    return trace
+
+
+def _synthetic_rows(
+    w: Any, rng_arrivals: np.random.Generator, rng_lengths: np.random.Generator
+) -> pd.DataFrame:
+    n = int(w.num_requests)
+    if w.arrival == "closed_loop":
+        arrival, client, think = closed_loop(
+            n, int(w.concurrency), float(w.think_time_s), str(w.think_time_dist), rng_arrivals
+        )
+    else:
+        if w.arrival == "poisson":
+            arrival = poisson_arrivals(float(w.rate), n, rng_arrivals)
+        else:
+            arrival = gamma_arrivals(float(w.rate), float(w.cv), n, rng_arrivals)
+        client, think = np.full(n, -1, dtype=np.int64), np.zeros(n)
+    rng_in, rng_out = rng_lengths.spawn(2)
+    return pd.DataFrame(
+        {
+            "arrival_time_s": arrival,
+            "input_tokens": sample_lengths(w.input, n, rng_in, "workload.input", "input_tokens"),
+            "output_tokens": sample_lengths(
+                w.output, n, rng_out, "workload.output", "output_tokens"
+            ),
+            "client": client,
+            "think_time_s": think,
+        }
+    )
+
+
+def build_requests(
+    workload: Any, rng_arrivals: np.random.Generator, rng_lengths: np.random.Generator
+) -> pd.DataFrame:
+    """Build the request table of one run from a workload config (contract: module docstring)."""
+    check_workload(workload)
+    if workload.arrival == "trace":
+        rows = _trace_rows(workload)
+    else:
+        rows = _synthetic_rows(workload, rng_arrivals, rng_lengths)
+    for name in ("input_tokens", "output_tokens"):
+        fixed = getattr(workload, name)
+        if fixed is not None:
+            rows[name] = np.full(len(rows), int(fixed), dtype=np.int64)
+        short = rows[name].to_numpy() < 1
+        if short.any():
+            i = int(np.argmax(short))
+            raise WorkloadError(
+                "workload.trace_path",
+                workload.trace_path,
+                f"{name} is {int(rows[name].iloc[i])} at row {i} after "
+                f"windowing; lengths must be >= 1 (set workload.{name} to "
+                "override every request's length)",
+            )
+    columns = [*COLUMNS, "hash_ids"] if "hash_ids" in rows else list(COLUMNS)
+    out = rows[columns].astype(
+        {
+            "arrival_time_s": "float64",
+            "input_tokens": "int64",
+            "output_tokens": "int64",
+            "client": "int64",
+            "think_time_s": "float64",
+        }
+    )
+    return out.reset_index(drop=True)

@@ -1,0 +1,10 @@
+"""``python -m sim [overrides]``: run one simulation (or a sweep with ``-m``)."""
+
+import sys
+
+from sim.app import main
+from sim.preflight import check_overrides
+
+if __name__ == "__main__":
+    check_overrides(sys.argv[1:])
+    main()

@@ -1,0 +1,131 @@
+"""The ``python -m sim`` Hydra app: config → scenario → simulate → analysis → files.
+
+A thin shell: it registers the config schemas, validates everything before simulating,
+and turns bad input into one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import MISSING, DictConfig
+from tqdm import tqdm
+
+from analysis.config import SLOConfig, check_slo
+from analysis.metrics import summarize
+from analysis.plots import write_plots
+from analysis.report import format_summary, write_run
+from scenarios import WorkloadConfig, WorkloadError, build_requests, check_workload
+from sim.builders import check_config
+from sim.config import (
+    ClusterConfig,
+    ConstantCostConfig,
+    HardwareConfig,
+    KVCacheConfig,
+    ModelConfig,
+    RooflineCostConfig,
+    SchedulerConfig,
+)
+from sim.engine import simulate
+from sim.errors import ConfigError
+from sim.memory import GIB, memory_budget
+
+log = logging.getLogger("sim")
+
+
+@dataclass
+class Config:
+    """Root schema of one simulation."""
+
+    defaults: list[Any] = field(default_factory=list)
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    scheduler: SchedulerConfig = MISSING
+    kv_cache: KVCacheConfig = MISSING
+    cluster: ClusterConfig = MISSING
+    workload: WorkloadConfig = MISSING
+    slo: SLOConfig = MISSING
+    cost_model: Any = MISSING
+    seed: int = 0
+    progress: str = "auto"
+    plots: bool = True
+    keep_itl_samples: bool = False
+
+
+def register_configs() -> None:
+    """Register the typed schemas that every YAML of ``conf/`` builds on."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, name, node in (
+        ("model", "base_model", ModelConfig), ("hardware", "base_hardware", HardwareConfig),
+        ("scheduler", "base_scheduler", SchedulerConfig),
+        ("kv_cache", "base_kv_cache", KVCacheConfig), ("cluster", "base_cluster", ClusterConfig),
+        ("workload", "base_workload", WorkloadConfig), ("slo", "base_slo", SLOConfig),
+        ("cost_model", "base_roofline", RooflineCostConfig),
+        ("cost_model", "base_constant", ConstantCostConfig),
+    ):
+        cs.store(group=group, name=name, node=node)
+
+
+def _progress_enabled(setting: str) -> bool:
+    s = str(setting).lower()
+    if s in ("true", "1", "yes", "on"):
+        return True
+    if s in ("false", "0", "no", "off"):
+        return False
+    if s != "auto":
+        raise ConfigError("progress", setting, "one of auto, true, false")
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def run(cfg: DictConfig, outdir: Path) -> dict:
+    """One simulation end to end; returns the summary that was written to ``outdir``."""
+    check_config(cfg)
+    check_workload(cfg.workload)
+    check_slo(cfg.slo)
+    show_progress = _progress_enabled(cfg.progress)
+    tp = cfg.cluster.tensor_parallel_size
+    b = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp)
+    log.info("%s on %d× %s: weights %.2f GiB/GPU, KV cache %.2f GiB/GPU → num_gpu_blocks=%d "
+             "(block_size %d), max concurrent tokens %d", cfg.model.name, tp,
+             cfg.hardware.name, b.weight_bytes / GIB, b.kv_cache_bytes / GIB,
+             b.num_gpu_blocks, b.block_size, b.max_tokens)
+    arrivals_seed, lengths_seed = np.random.SeedSequence(cfg.seed).spawn(2)
+    requests = build_requests(cfg.workload, np.random.default_rng(arrivals_seed),
+                              np.random.default_rng(lengths_seed))
+    with tqdm(total=len(requests), unit="req", disable=not show_progress, mininterval=0.5,
+              desc="simulating") as bar:
+        records = simulate(cfg, requests, progress=bar, keep_itl_samples=cfg.keep_itl_samples)
+    summary = summarize(records, cfg.slo)
+    summary.update({"model": cfg.model.name, "hardware": cfg.hardware.name,
+                    "scheduler": cfg.scheduler.name, "workload": cfg.workload.name,
+                    "seed": cfg.seed, "sim_time_s": records.meta["sim_time_s"]})
+    write_run(records, summary, outdir)
+    if cfg.plots:
+        write_plots(records, outdir)
+    print(format_summary(summary))
+    print(f"outputs: {outdir}")
+    return summary
+
+
+register_configs()
+
+
+@hydra.main(version_base=None, config_path="pkg://conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point of one simulation (also runs each job of a ``-m`` sweep)."""
+    outdir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        run(cfg, outdir)
+    except (ConfigError, WorkloadError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

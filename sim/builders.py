@@ -1,0 +1,76 @@
+"""Turn the composed config into a replica's parts: cost model, KV cache, scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.config import (
+    check_cluster,
+    check_cost_model,
+    check_hardware,
+    check_kv_cache,
+    check_model,
+    check_scheduler,
+)
+from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
+from sim.cost.roofline import load_efficiency
+from sim.kv_cache import PagedKVCache
+from sim.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, memory_budget
+from sim.records import LogHistogram
+from sim.schedulers import SCHEDULERS, TokenBudgetScheduler
+from sim.state import RequestTable
+
+
+@dataclass
+class ReplicaParts:
+    """Everything a replica is made of, plus the derived numbers worth reporting."""
+
+    cost_model: CostModel
+    kv: PagedKVCache
+    scheduler: TokenBudgetScheduler
+    max_model_len: int
+    meta: dict = field(default_factory=dict)
+
+
+def check_config(cfg) -> None:
+    """Every range and cross-field check of the simulator's config groups."""
+    check_model(cfg.model)
+    check_hardware(cfg.hardware)
+    check_scheduler(cfg.scheduler, cfg.model)
+    check_kv_cache(cfg.kv_cache)
+    check_cluster(cfg.cluster, cfg.model)
+    check_cost_model(cfg.cost_model)
+
+
+def build_cost_model(cfg) -> CostModel:
+    """The configured cost model for one replica of ``cfg.model`` on ``cfg.hardware``."""
+    c = cfg.cost_model
+    if c.name == "constant":
+        return ConstantCostModel(c.step_time_ms * 1e-3)
+    name = cfg.hardware.calibration if c.calibration == "auto" else c.calibration
+    eff, _ = load_efficiency(name)
+    return RooflineCostModel(cfg.model, cfg.hardware, cfg.cluster.tensor_parallel_size,
+                             kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,
+                             c.host_overhead_ms * 1e-3, c.host_overhead_per_seq_us * 1e-6)
+
+
+def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaParts:
+    """Validate the config, size the KV cache from memory, and wire scheduler and cost model."""
+    check_config(cfg)
+    tp = cfg.cluster.tensor_parallel_size
+    budget = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp)
+    kv = PagedKVCache(budget.num_gpu_blocks, budget.block_size, table.size)
+    scheduler = SCHEDULERS[cfg.scheduler.name](cfg.scheduler, table, kv, itl)
+    max_model_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
+    meta = {
+        "num_gpu_blocks": budget.num_gpu_blocks,
+        "block_size": budget.block_size,
+        "max_concurrent_tokens": budget.max_tokens,
+        "kv_bytes_per_token": kv_bytes_per_token(cfg.model, cfg.kv_cache, tp),
+        "weights_gib_per_gpu": round(budget.weight_bytes / GIB, 3),
+        "activation_gib_per_gpu": round(budget.activation_bytes / GIB, 3),
+        "kv_cache_gib_per_gpu": round(budget.kv_cache_bytes / GIB, 3),
+        "max_model_len": max_model_len,
+        "tensor_parallel_size": tp,
+    }
+    return ReplicaParts(build_cost_model(cfg), kv, scheduler, max_model_len, meta)

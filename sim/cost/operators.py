@@ -1,0 +1,122 @@
+"""Roofline arithmetic shared by the cost model and its calibration.
+
+Every operator's time is ``max(flops / (peak_flops · η_c), bytes / (peak_bw · η_m)) + launch``.
+The work (FLOPs, bytes) of each operator kind is written once here, so the calibration fits the
+very formulas the simulator evaluates. All functions accept numpy arrays or scalars.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GemmEfficiency:
+    """η of a GEMM: compute efficiency saturates with each dimension (x / (x + x_half))."""
+
+    eta_compute: float
+    m_half: float
+    n_half: float
+    k_half: float
+    eta_memory: float
+    launch_s: float
+
+    def compute_eta(self, m, n, k):
+        """Fraction of peak FLOP/s reached by an m×k·k×n GEMM."""
+        return (self.eta_compute * m / (m + self.m_half) * n / (n + self.n_half)
+                * k / (k + self.k_half))
+
+
+@dataclass(frozen=True)
+class AttentionEfficiency:
+    """η of an attention kernel; compute efficiency saturates with query tokens per sequence."""
+
+    eta_compute: float
+    q_half: float
+    eta_memory: float
+    launch_s: float
+
+    def compute_eta(self, q_per_seq):
+        """Fraction of peak FLOP/s reached at this many query tokens per sequence."""
+        return self.eta_compute * q_per_seq / (q_per_seq + self.q_half)
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """All calibrated efficiency parameters of one GPU (see ``sim/cost/calibrated/``)."""
+
+    gemm: dict[str, GemmEfficiency]
+    attention_prefill: AttentionEfficiency
+    attention_decode: AttentionEfficiency
+    elementwise_eta_memory: float
+    elementwise_launch_s: float
+    allreduce_eta_link: float
+    allreduce_latency_s: float
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Efficiency:
+        """Build from the ``parameters`` block of a calibrated JSON file."""
+        return cls(
+            gemm={k: GemmEfficiency(**v) for k, v in d["gemm"].items()},
+            attention_prefill=AttentionEfficiency(**d["attention_prefill"]),
+            attention_decode=AttentionEfficiency(**d["attention_decode"]),
+            elementwise_eta_memory=d["elementwise_eta_memory"],
+            elementwise_launch_s=d["elementwise_launch_s"],
+            allreduce_eta_link=d["allreduce_eta_link"],
+            allreduce_latency_s=d["allreduce_latency_s"],
+        )
+
+
+def roofline(flops, nbytes, peak_flops, peak_bw, eta_c, eta_m, launch_s):
+    """Time on the roofline, and whether the compute roof binds (else the memory roof)."""
+    t_compute = flops / (peak_flops * eta_c)
+    t_memory = nbytes / (peak_bw * eta_m)
+    return np.maximum(t_compute, t_memory) + launch_s, t_compute >= t_memory
+
+
+def gemm_work(m, n, k, in_bytes: float, out_bytes: float = 2.0):
+    """FLOPs and bytes of C[m,n] = A[m,k]·B[k,n]: read A and B once, write C once."""
+    flops = 2.0 * m * n * k
+    nbytes = in_bytes * (m * k + k * n) + out_bytes * m * n
+    return flops, nbytes
+
+
+def prefill_attention_work(q, ctx, heads, kv_heads, head_dim, kv_bytes: float,
+                           act_bytes: float = 2.0):
+    """Causal attention of ``q`` new tokens over ``ctx`` cached ones, per sequence.
+
+    FLOPs: QKᵀ and PV, 2·2·heads·head_dim per (query, key) pair; query i sees ctx + i keys,
+    so a chunk sees q·(ctx + (q + 1)/2) pairs. Bytes: read K and V of all ctx + q tokens,
+    read Q and write O.
+    """
+    pairs = q * (ctx + (q + 1) / 2.0)
+    flops = 4.0 * heads * head_dim * pairs
+    nbytes = (ctx + q) * 2.0 * kv_heads * head_dim * kv_bytes + 2.0 * q * heads * head_dim * act_bytes
+    return flops, nbytes
+
+
+def decode_attention_work(ctx_total, num_seqs, heads, kv_heads, head_dim, kv_bytes: float,
+                          act_bytes: float = 2.0):
+    """``num_seqs`` decode tokens, each over its cached tokens plus itself.
+
+    ``ctx_total`` is the sum of cached tokens over those sequences; this equals summing
+    ``prefill_attention_work(1, ctx_i, ...)`` over them.
+    """
+    keys = ctx_total + num_seqs
+    flops = 4.0 * heads * head_dim * keys
+    nbytes = keys * 2.0 * kv_heads * head_dim * kv_bytes + 2.0 * num_seqs * heads * head_dim * act_bytes
+    return flops, nbytes
+
+
+def allreduce_time(nbytes, num_gpus, link_bw, eta_link, latency_s):
+    """Ring all-reduce: each GPU sends and receives 2(p−1)/p of the message over its link."""
+    t = latency_s + 2.0 * (num_gpus - 1) / num_gpus * nbytes / (link_bw * eta_link)
+    return np.where(np.asarray(num_gpus) > 1, t, 0.0)
+
+
+def allgather_time(nbytes, num_gpus, link_bw, eta_link, latency_s):
+    """Ring all-gather of a message of ``nbytes`` in total: (p−1)/p of it crosses each link."""
+    t = latency_s + (num_gpus - 1) / num_gpus * nbytes / (link_bw * eta_link)
+    return np.where(np.asarray(num_gpus) > 1, t, 0.0)

@@ -1,0 +1,171 @@
+"""Roofline cost model v1 of a dense GQA decoder (Llama-style) on one tensor-parallel replica.
+
+Per step, per GPU, the operators are: embedding gather; per layer the QKV projection,
+causal attention for prefill chunks and for decode tokens over the paged cache, the output
+projection, the gated MLP (gate/up and down GEMMs), the elementwise kernels (two fused
+add+RMSNorms, rotary embedding, SiLU·mul) and, with tensor parallelism, two all-reduces over
+NVLink; then the final norm, the LM head over one position per sequence, the logits
+all-gather and the sampler. Each takes ``max(compute, memory) + launch`` with calibrated
+efficiencies; the step adds a host overhead (scheduling, input preparation) that the GPU
+does not overlap.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import numpy as np
+
+from sim.config import DTYPE_BYTES, HardwareConfig, ModelConfig
+from sim.cost.base import OperatorCost, StepCost
+from sim.cost.operators import (
+    Efficiency,
+    allgather_time,
+    allreduce_time,
+    decode_attention_work,
+    gemm_work,
+    prefill_attention_work,
+    roofline,
+)
+from sim.errors import ConfigError
+
+ELEMENTWISE_KERNELS_PER_LAYER = 4  # add+norm ×2, rotary, SiLU·mul
+
+
+def load_efficiency(name: str) -> tuple[Efficiency, dict]:
+    """Read ``sim/cost/calibrated/<name>.json`` (written by ``calibration.fit_roofline``)."""
+    path = resources.files("sim.cost") / "calibrated" / f"{name}.json"
+    if not path.is_file():
+        raise ConfigError("hardware.calibration", name,
+                          "no calibrated efficiency file of that name in sim/cost/calibrated/")
+    doc = json.loads(path.read_text())
+    return Efficiency.from_dict(doc["parameters"]), doc
+
+
+class RooflineCostModel:
+    """Step time of a dense decoder replica from per-operator rooflines (see module doc)."""
+
+    def __init__(self, model: ModelConfig, hw: HardwareConfig, tp: int, kv_bytes: int,
+                 eff: Efficiency, host_overhead_s: float, host_per_seq_s: float) -> None:
+        self.model, self.hw, self.tp, self.eff = model, hw, tp, eff
+        self.w_bytes = DTYPE_BYTES[model.dtype]
+        self.kv_bytes = kv_bytes
+        if model.dtype == "fp8":
+            if not hw.fp8_flops:
+                raise ConfigError("model.dtype", "fp8", f"{hw.name} has no FP8 tensor cores")
+            self.peak_flops = hw.fp8_flops
+        else:
+            self.peak_flops = hw.bf16_flops
+        if model.dtype not in eff.gemm:
+            raise ConfigError("model.dtype", model.dtype,
+                              f"no calibrated GEMM efficiency; have {sorted(eff.gemm)}")
+        self.gemm_eff = eff.gemm[model.dtype]
+        self.host_overhead_s, self.host_per_seq_s = host_overhead_s, host_per_seq_s
+        self.heads = model.num_attention_heads // tp
+        self.kv_heads = max(1, model.num_key_value_heads // tp)
+        self._linear_cache: dict[tuple[int, int], tuple[float, float, float, float]] = {}
+
+    # ---- operators -------------------------------------------------------------------
+    def _gemm(self, name: str, count: int, m: int, n: int, k: int) -> OperatorCost:
+        f, b = gemm_work(m, n, k, self.w_bytes)
+        e = self.gemm_eff
+        t, cb = roofline(f, b, self.peak_flops, self.hw.hbm_bandwidth, e.compute_eta(m, n, k),
+                         e.eta_memory, e.launch_s)
+        return OperatorCost(name, count, count * f, count * b, count * float(t),
+                            "compute" if cb else "memory")
+
+    def _elementwise(self, name: str, count: int, nbytes: float, kernels: int) -> OperatorCost:
+        e = self.eff
+        t = nbytes / (self.hw.hbm_bandwidth * e.elementwise_eta_memory)
+        t += kernels * e.elementwise_launch_s
+        return OperatorCost(name, count, 0.0, count * nbytes, count * t, "memory")
+
+    def _comm(self, name: str, count: int, t: float, nbytes: float) -> OperatorCost:
+        return OperatorCost(name, count, 0.0, count * nbytes, count * t, "comm")
+
+    def _linear_ops(self, T: int, S: int) -> list[OperatorCost]:
+        """Operators whose cost depends only on token and sequence counts."""
+        m, L, tp = self.model, self.model.num_hidden_layers, self.tp
+        h, d, inter = m.hidden_size, m.head_dim, m.intermediate_size // tp
+        e = self.eff
+        ops = [
+            self._elementwise("embedding", 1, 2.0 * T * h * 2, 1),
+            self._gemm("qkv_proj", L, T, (self.heads + 2 * self.kv_heads) * d, h),
+            self._gemm("o_proj", L, T, h, self.heads * d),
+            self._gemm("gate_up_proj", L, T, 2 * inter, h),
+            self._gemm("down_proj", L, T, h, inter),
+            self._elementwise(
+                "norm_rope_act", L,
+                2.0 * T * (8 * h + 2 * (self.heads + self.kv_heads) * d + 3 * inter),
+                ELEMENTWISE_KERNELS_PER_LAYER),
+            self._elementwise("final_norm", 1, 2.0 * T * 2 * h, 1),
+            self._gemm("lm_head", 1, S, m.vocab_size // tp, h),
+            self._elementwise("sampler", 1, 2.0 * S * m.vocab_size * 4, 2),
+        ]
+        if tp > 1:
+            ar_bytes = T * h * 2.0
+            ar = allreduce_time(ar_bytes, tp, self.hw.nvlink_bandwidth, e.allreduce_eta_link,
+                                e.allreduce_latency_s)
+            ops.append(self._comm("tp_allreduce", 2 * L, float(ar), ar_bytes))
+            lg_bytes = S * m.vocab_size * 2.0
+            lg = allgather_time(lg_bytes, tp, self.hw.nvlink_bandwidth, e.allreduce_eta_link,
+                                e.allreduce_latency_s)
+            ops.append(self._comm("logits_allgather", 1, float(lg), lg_bytes))
+        return ops
+
+    def _attention_op(self, name: str, flops: float, nbytes: float, q_per_seq: float,
+                      kind) -> OperatorCost:
+        L = self.model.num_hidden_layers
+        t, cb = roofline(flops, nbytes, self.peak_flops, self.hw.hbm_bandwidth,
+                         kind.compute_eta(q_per_seq), kind.eta_memory, kind.launch_s)
+        return OperatorCost(name, L, L * flops, L * nbytes, L * float(t),
+                            "compute" if cb else "memory")
+
+    def _attention_ops(self, n: np.ndarray, c: np.ndarray) -> list[OperatorCost]:
+        """Prefill-chunk and decode attention of the batch (one kernel each per layer)."""
+        d, kvb = self.model.head_dim, self.kv_bytes
+        decode = (n == 1) & (c > 0)
+        num_decode = int(np.count_nonzero(decode))
+        ops = []
+        if num_decode:
+            ctx = float(c[decode].sum()) if num_decode < len(n) else float(c.sum())
+            f, b = decode_attention_work(ctx, num_decode, self.heads, self.kv_heads, d, kvb)
+            ops.append(self._attention_op("attn_decode", f, b, 1.0, self.eff.attention_decode))
+        if num_decode < len(n):
+            prefill = ~decode
+            q, ctx = n[prefill].astype(np.float64), c[prefill].astype(np.float64)
+            f, b = prefill_attention_work(q, ctx, self.heads, self.kv_heads, d, kvb)
+            ops.append(self._attention_op("attn_prefill", float(f.sum()), float(b.sum()),
+                                          float(q.mean()), self.eff.attention_prefill))
+        return ops
+
+    # ---- the CostModel interface ---------------------------------------------------------
+    def breakdown(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> list[OperatorCost]:
+        """Every operator of the step, plus the host overhead as a pseudo-operator."""
+        n, c = np.asarray(new_tokens), np.asarray(context_tokens)
+        T, S = int(n.sum()), len(n)
+        ops = self._linear_ops(T, S) + self._attention_ops(n, c)
+        host = self.host_overhead_s + self.host_per_seq_s * S
+        return ops + [OperatorCost("host_overhead", 1, 0.0, 0.0, host, "host")]
+
+    def step_cost(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> StepCost:
+        """Step time: cached token-count operators + this batch's attention + host."""
+        T, S = int(new_tokens.sum()), len(new_tokens)
+        key = (T, S)
+        lin = self._linear_cache.get(key)
+        if lin is None:
+            lin = _split(self._linear_ops(T, S))
+            self._linear_cache[key] = lin
+        att = _split(self._attention_ops(new_tokens, context_tokens))
+        host = self.host_overhead_s + self.host_per_seq_s * S
+        compute, memory, comm = lin[1] + att[1], lin[2] + att[2], lin[3] + att[3]
+        return StepCost(compute + memory + comm + host, compute, memory, comm, host)
+
+
+def _split(ops: list[OperatorCost]) -> tuple[float, float, float, float]:
+    """(total, compute-bound, memory-bound, comm) time of a list of operators."""
+    parts = {"compute": 0.0, "memory": 0.0, "comm": 0.0}
+    for op in ops:
+        parts[op.bound] += op.time_s
+    return (sum(parts.values()), parts["compute"], parts["memory"], parts["comm"])

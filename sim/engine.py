@@ -1,0 +1,124 @@
+"""``simulate``: the one public call of the simulation core.
+
+It takes the composed config and a request table (the contract of ``scenarios.build_requests``:
+columns ``arrival_time_s, input_tokens, output_tokens, client, think_time_s``; closed-loop
+follow-ups have a NaN arrival and are released ``think_time_s`` after the same client's previous
+request ends) and returns ``Records``. It imports neither scenario readers nor analysis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from sim.builders import ReplicaParts, build_replica_parts
+from sim.records import LogHistogram, Records
+from sim.replica import Replica
+from sim.state import REJECT_REASONS, REJECTED, RequestTable
+
+STATUS_NAMES = np.array(["pending", "waiting", "running", "completed", "rejected"])
+
+
+def _next_of_client(client: np.ndarray) -> np.ndarray:
+    """For each row, the next row of the same client (−1 if none or open loop)."""
+    nxt = np.full(len(client), -1, np.int64)
+    closed = np.flatnonzero(client >= 0)
+    if len(closed):
+        order = closed[np.argsort(client[closed], kind="stable")]
+        same = client[order[1:]] == client[order[:-1]]
+        nxt[order[:-1][same]] = order[1:][same]
+    return nxt
+
+
+class _Arrivals:
+    """Releases requests to the replica: open-loop at their times, closed-loop on completion."""
+
+    def __init__(self, env, table: RequestTable, replica: Replica, parts: ReplicaParts,
+                 client: np.ndarray, think: np.ndarray, progress) -> None:
+        self.env, self.table, self.replica, self.parts = env, table, replica, parts
+        self.think, self.next_of = think, _next_of_client(client)
+        self.progress = progress
+        replica.on_complete = self.completed
+        first = np.flatnonzero(~np.isnan(table.arrival))
+        self.initial = first[np.argsort(table.arrival[first], kind="stable")]
+        env.process(self._open_loop())
+
+    def _open_loop(self):
+        env, arrival = self.env, self.table.arrival
+        for rid in self.initial:
+            delay = arrival[rid] - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            self.release(int(rid))
+
+    def release(self, rid: int) -> None:
+        """A request reaches the server now: refuse it with a reason, or queue it."""
+        now, t, p = self.env.now, self.table, self.parts
+        t.arrival[rid] = now
+        total = int(t.prompt[rid] + t.max_output[rid])
+        if total > p.max_model_len:
+            self._reject(rid, 1)
+        elif not p.kv.fits_alone(total - 1):
+            self._reject(rid, 2)
+        else:
+            self.replica.submit(rid)
+
+    def _reject(self, rid: int, reason: int) -> None:
+        self.table.reject(rid, reason, self.env.now)
+        self.completed(np.array([rid]), self.env.now)
+
+    def completed(self, ids: np.ndarray, now: float) -> None:
+        """Requests ended (finished or rejected): release their clients' next requests."""
+        if self.progress is not None:
+            self.progress.update(len(ids))
+        for rid in ids:
+            nxt = self.next_of[rid]
+            if nxt >= 0:
+                delay = self.think[nxt]
+                if delay > 0:
+                    self.env.timeout(delay).callbacks.append(
+                        lambda _e, r=int(nxt): self.release(r))
+                else:
+                    self.release(int(nxt))
+
+
+def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool = False) -> Records:
+    """Run one serving replica over ``requests`` and return its records.
+
+    ``cfg`` is the composed config (model, hardware, scheduler, kv_cache, cluster, cost_model);
+    ``progress`` is an optional tqdm-like object updated by completed request counts.
+    """
+    table = RequestTable(requests["arrival_time_s"].to_numpy(),
+                         requests["input_tokens"].to_numpy(),
+                         requests["output_tokens"].to_numpy())
+    client = requests["client"].to_numpy(np.int64)
+    think = requests["think_time_s"].to_numpy(np.float64)
+    env = simpy.Environment()
+    itl = LogHistogram(keep_samples=keep_itl_samples)
+    parts = build_replica_parts(cfg, table, itl)
+    replica = Replica(env, parts.scheduler, parts.cost_model, on_complete=lambda ids, now: None)
+    _Arrivals(env, table, replica, parts, client, think, progress)
+    env.run()
+    return Records(_request_frame(table, client), replica.timeline.to_frame(), itl,
+                   dict(parts.meta, sim_time_s=float(env.now)))
+
+
+def _request_frame(t: RequestTable, client: np.ndarray) -> pd.DataFrame:
+    status = STATUS_NAMES[t.status]
+    return pd.DataFrame({
+        "request_id": np.arange(t.size),
+        "client": client,
+        "replica": np.zeros(t.size, np.int32),
+        "arrival_s": t.arrival,
+        "first_scheduled_s": t.first_scheduled,
+        "first_token_s": t.first_token,
+        "completion_s": t.completion,
+        "input_tokens": t.prompt,
+        "output_tokens": t.max_output,
+        "generated_tokens": t.generated,
+        "num_preemptions": t.preemptions,
+        "status": status,
+        "reject_reason": np.where(t.status == REJECTED,
+                                  np.array(REJECT_REASONS)[t.reject_reason], ""),
+    })

@@ -1,0 +1,113 @@
+"""What a simulation emits: flat per-request rows, a per-step timeline, and ITL samples.
+
+Records are columnar (numpy blocks grown by doubling), never per-token Python objects. The
+inter-token latencies are kept as a log-binned histogram with exact per-bin sums (relative
+bin width 0.1%), optionally with the raw samples too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+
+class ColumnBuffer:
+    """Append-only table of numeric columns, stored as growing numpy arrays."""
+
+    def __init__(self, dtypes: dict[str, str], capacity: int = 4096) -> None:
+        self._cols = {k: np.empty(capacity, dtype=v) for k, v in dtypes.items()}
+        self._n = 0
+
+    def append(self, *values) -> None:
+        """Add one row; values in the column order given at construction."""
+        n = self._n
+        if n == len(next(iter(self._cols.values()))):
+            for k, a in self._cols.items():
+                self._cols[k] = np.concatenate([a, np.empty_like(a)])
+        for a, v in zip(self._cols.values(), values, strict=True):
+            a[n] = v
+        self._n = n + 1
+
+    def __len__(self) -> int:
+        return self._n
+
+    def to_frame(self) -> pd.DataFrame:
+        """The rows appended so far."""
+        return pd.DataFrame({k: a[: self._n].copy() for k, a in self._cols.items()})
+
+
+class LogHistogram:
+    """Histogram of positive durations in log-spaced bins, with exact count, sum and bin sums."""
+
+    LOW_S = 1e-7
+    RATIO = 1.001
+    NUM_BINS = int(math.ceil(math.log(1e4 / LOW_S) / math.log(RATIO))) + 1
+
+    def __init__(self, keep_samples: bool = False) -> None:
+        self.counts = np.zeros(self.NUM_BINS, np.int64)
+        self.sums = np.zeros(self.NUM_BINS, np.float64)
+        self._samples: list[np.ndarray] | None = [] if keep_samples else None
+        self._log_ratio = math.log(self.RATIO)
+
+    def _bin(self, v):
+        idx = np.floor(np.log(np.maximum(v, self.LOW_S) / self.LOW_S) / self._log_ratio)
+        return np.clip(idx, 0, self.NUM_BINS - 1).astype(np.int64)
+
+    def add(self, values: np.ndarray) -> None:
+        """Add a batch of durations in seconds."""
+        if not len(values):
+            return
+        if self._samples is not None:
+            self._samples.append(np.array(values, dtype=np.float64))
+        first = values[0]
+        if values.min() == values.max():  # the usual decode step: every gap is the same
+            b = int(self._bin(first))
+            self.counts[b] += len(values)
+            self.sums[b] += first * len(values)
+        else:
+            b = self._bin(values)
+            np.add.at(self.counts, b, 1)
+            np.add.at(self.sums, b, values)
+
+    @property
+    def count(self) -> int:
+        """Number of durations added."""
+        return int(self.counts.sum())
+
+    @property
+    def total(self) -> float:
+        """Sum of all durations added."""
+        return float(self.sums.sum())
+
+    def samples(self) -> np.ndarray | None:
+        """Raw durations, when kept."""
+        if self._samples is None:
+            return None
+        return np.concatenate(self._samples) if self._samples else np.empty(0)
+
+    def quantile(self, q: float) -> float:
+        """Approximate q-quantile (0..1): the mean of the bin holding that rank."""
+        n = self.count
+        if n == 0:
+            return float("nan")
+        cum = np.cumsum(self.counts)
+        b = int(np.searchsorted(cum, max(1, math.ceil(q * n)), side="left"))
+        return float(self.sums[b] / self.counts[b])
+
+
+@dataclass
+class Records:
+    """Everything one simulation produced, for ``analysis`` to summarise and plot.
+
+    ``requests``: one row per request (see ``docs/metrics.md`` for columns);
+    ``timeline``: one row per engine step; ``itl``: inter-token latencies;
+    ``meta``: derived facts of the run (KV blocks, memory budget, ...).
+    """
+
+    requests: pd.DataFrame
+    timeline: pd.DataFrame
+    itl: LogHistogram
+    meta: dict = field(default_factory=dict)

@@ -1,0 +1,63 @@
+"""One serving instance as a SimPy process: schedule → step time → update, forever."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+from sim.cost.base import BOUNDS, CostModel
+from sim.records import ColumnBuffer
+from sim.schedulers.base import TokenBudgetScheduler
+
+TIMELINE_COLUMNS = {
+    "time_s": "f8", "step_time_s": "f8", "batch_size": "i4", "scheduled_tokens": "i4",
+    "prefill_tokens": "i4", "decode_tokens": "i4", "queue_length": "i4",
+    "kv_blocks_used": "i8", "compute_s": "f8", "memory_s": "f8", "comm_s": "f8", "host_s": "f8",
+    "bound": "i1",
+}
+
+
+class Replica:
+    """Runs batches of its scheduler back to back, sleeping while it has no work.
+
+    ``on_complete(ids, now)`` is told of requests that finished in each step (the engine
+    uses it for closed-loop clients and progress).
+    """
+
+    def __init__(self, env: simpy.Environment, scheduler: TokenBudgetScheduler,
+                 cost_model: CostModel, on_complete: Callable[[np.ndarray, float], None]) -> None:
+        self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
+        self.on_complete = on_complete
+        self.timeline = ColumnBuffer(TIMELINE_COLUMNS)
+        self._wakeup: simpy.Event | None = None
+        self.process = env.process(self._run())
+
+    def submit(self, rid: int) -> None:
+        """Hand a request to this replica's scheduler, waking the replica if it sleeps."""
+        self.scheduler.add_request(rid)
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _run(self):
+        env, sched, kv = self.env, self.scheduler, self.scheduler.kv
+        record = self.timeline.append
+        while True:
+            now = env.now
+            batch = sched.schedule(now)
+            if batch is None:
+                self._wakeup = env.event()
+                yield self._wakeup
+                self._wakeup = None
+                continue
+            cost = self.cost_model.step_cost(batch.new_tokens, batch.context_tokens)
+            scheduled = int(batch.new_tokens.sum())
+            prefill = batch.num_prefill_tokens
+            record(now, cost.time_s, len(batch.ids), scheduled, prefill, scheduled - prefill,
+                   batch.queue_length, kv.used_blocks, cost.compute_s, cost.memory_s,
+                   cost.comm_s, cost.host_s, BOUNDS.index(cost.bound))
+            yield env.timeout(cost.time_s)
+            done = sched.update(batch, env.now)
+            if len(done):
+                self.on_complete(done, env.now)

@@ -1,0 +1,119 @@
+"""vLLM v1-style continuous batching with chunked prefill (the default scheduler).
+
+Imitates ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM ≥ 0.8, FCFS
+policy): one token budget per step (``max_num_batched_tokens``); running requests are served
+first, in admission order, each getting ``num_tokens − num_computed_tokens`` tokens capped by
+``long_prefill_token_threshold`` and by the remaining budget (a prefill longer than the budget
+runs in chunks); when the KV cache cannot hold a request's new tokens the most recently
+admitted running request is preempted by recompute (its blocks freed, it goes back to the front
+of the waiting queue) until it fits or the request itself was the victim. Waiting requests are
+then admitted in FCFS order while there are budget, sequence slots (``max_num_seqs``) and KV
+blocks — but not in a step that preempted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.config import SchedulerConfig
+from sim.kv_cache import PagedKVCache
+from sim.records import LogHistogram
+from sim.schedulers.base import Batch, TokenBudgetScheduler
+from sim.state import RequestTable
+
+
+class VllmScheduler(TokenBudgetScheduler):
+    """Running-first, token-budget, chunked-prefill scheduling with recompute preemption."""
+
+    def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
+                 itl: LogHistogram) -> None:
+        super().__init__(table, kv, itl)
+        self.max_num_seqs = cfg.max_num_seqs
+        self.budget = cfg.max_num_batched_tokens
+        self.threshold = cfg.long_prefill_token_threshold
+        self.chunked = cfg.enable_chunked_prefill
+
+    def _want(self, rids):
+        want = self.table.num_tokens[rids] - self.table.computed[rids]
+        if self.threshold > 0:
+            want = np.minimum(want, self.threshold)
+        return want
+
+    def schedule(self, now: float) -> Batch | None:
+        """The next step's batch, or None when nothing can run."""
+        t, kv = self.table, self.kv
+        budget = self.budget
+        run = self.running
+        ids, new = run[:0], run[:0]
+        preempted = False
+        if len(run):
+            want = self._want(run)
+            cum = np.cumsum(want)
+            if cum[-1] > budget:
+                k = int(np.searchsorted(cum, budget, side="right"))
+                want[k] = budget - (cum[k - 1] if k else 0)
+                want[k + 1:] = 0
+            if kv.allocate_all(run, t.computed[run], want):
+                sel = want > 0
+                ids, new = run[sel], want[sel]
+            else:
+                ids, new, preempted = self._schedule_running_with_preemption(budget)
+            budget -= int(new.sum())
+        if not preempted and self.waiting:
+            ids, new = self._admit_waiting(now, budget, ids, new)
+        if not len(ids):
+            return None
+        return Batch(ids, new, t.computed[ids], len(self.waiting))
+
+    def _schedule_running_with_preemption(self, budget: int):
+        """The slow path of the running loop, taken only when the cache is short of blocks."""
+        t, kv = self.table, self.kv
+        run = list(self.running)
+        ids, new = [], []
+        preempted = False
+        i = 0
+        while i < len(run) and budget > 0:
+            rid = run[i]
+            n = min(int(self._want(rid)), budget)
+            while kv.allocate(rid, int(t.computed[rid]), n) is None:
+                victim = run.pop()
+                kv.free(victim)
+                t.preempt(victim)
+                self.waiting.appendleft(victim)
+                preempted = True
+                if victim == rid:
+                    break
+            else:
+                ids.append(rid)
+                new.append(n)
+                budget -= n
+                i += 1
+                continue
+            break
+        self.running = np.array(run, np.int64)
+        return np.array(ids, np.int64), np.array(new, np.int64), preempted
+
+    def _admit_waiting(self, now: float, budget: int, ids, new):
+        t, kv = self.table, self.kv
+        admitted, chunks = [], []
+        slots = self.max_num_seqs - len(self.running)
+        while self.waiting and slots > 0 and budget > 0:
+            rid = self.waiting[0]
+            n = int(self._want(rid))
+            if n > budget and not self.chunked:
+                break
+            n = min(n, budget)
+            if kv.allocate(rid, int(t.computed[rid]), n) is None:
+                break
+            self.waiting.popleft()
+            self._admit(rid, now)
+            admitted.append(rid)
+            chunks.append(n)
+            budget -= n
+            slots -= 1
+        if admitted:
+            adm = np.array(admitted, np.int64)
+            self.running = np.concatenate([self.running, adm])
+            ids = np.concatenate([ids, adm])
+            new = np.concatenate([new, np.array(chunks, np.int64)])
+        return ids, new

@@ -1,0 +1,50 @@
+"""Per-request state of a simulation, held in columns (numpy arrays indexed by request id).
+
+A request has ``prompt`` tokens and asks for ``max_output`` tokens. ``num_tokens`` is what
+the engine knows of it (prompt + tokens generated so far) and ``computed`` how many of those
+are in the KV cache. A step that brings ``computed`` up to ``num_tokens`` samples one new
+token (vLLM semantics); a request finishes when it has generated ``max_output`` tokens.
+Preemption by recompute sets ``computed`` back to 0 and keeps the generated tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# status codes
+PENDING, WAITING, RUNNING, FINISHED, REJECTED = range(5)
+REJECT_REASONS = ("", "exceeds_max_model_len", "exceeds_kv_cache")
+
+
+class RequestTable:
+    """Columnar state and timestamps of every request of one simulation."""
+
+    def __init__(self, arrival_s: np.ndarray, prompt: np.ndarray, max_output: np.ndarray) -> None:
+        n = len(prompt)
+        self.size = n
+        self.arrival = np.asarray(arrival_s, dtype=np.float64).copy()
+        self.prompt = np.asarray(prompt, dtype=np.int64)
+        self.max_output = np.asarray(max_output, dtype=np.int64)
+        self.num_tokens = self.prompt.copy()
+        self.computed = np.zeros(n, np.int64)
+        self.generated = np.zeros(n, np.int64)
+        self.preemptions = np.zeros(n, np.int32)
+        self.status = np.full(n, PENDING, np.int8)
+        self.reject_reason = np.zeros(n, np.int8)
+        nan = np.full(n, np.nan)
+        self.first_scheduled = nan.copy()
+        self.first_token = nan.copy()
+        self.last_token = nan.copy()
+        self.completion = nan.copy()
+
+    def preempt(self, rid: int) -> None:
+        """Recompute preemption: the KV cache of ``rid`` is dropped, its tokens are kept."""
+        self.computed[rid] = 0
+        self.preemptions[rid] += 1
+        self.status[rid] = WAITING
+
+    def reject(self, rid: int, reason: int, now: float) -> None:
+        """Mark ``rid`` as refused at ``now`` with a code from ``REJECT_REASONS``."""
+        self.status[rid] = REJECTED
+        self.reject_reason[rid] = reason
+        self.completion[rid] = now
