@@ -59,6 +59,7 @@ class Config:
     progress: str = "auto"
     plots: bool = True
     keep_itl_samples: bool = False
+    fast_forward: bool = True
 
 
 def register_configs() -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from omegaconf import DictConfig, OmegaConf
 
 from sim.config import (
     check_cluster,
@@ -54,8 +57,17 @@ def build_cost_model(cfg) -> CostModel:
                              c.host_overhead_ms * 1e-3, c.host_overhead_per_seq_us * 1e-6)
 
 
+def plain(cfg) -> SimpleNamespace:
+    """The config groups the simulator reads, as plain dataclasses (fast attribute access)."""
+    groups = ("model", "hardware", "scheduler", "kv_cache", "cluster", "cost_model")
+    return SimpleNamespace(**{
+        g: OmegaConf.to_object(getattr(cfg, g)) if isinstance(getattr(cfg, g), DictConfig)
+        else getattr(cfg, g) for g in groups})
+
+
 def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaParts:
     """Validate the config, size the KV cache from memory, and wire scheduler and cost model."""
+    cfg = plain(cfg)
     check_config(cfg)
     tp = cfg.cluster.tensor_parallel_size
     budget = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp)

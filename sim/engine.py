@@ -8,6 +8,9 @@ request ends) and returns ``Records``. It imports neither scenario readers nor a
 
 from __future__ import annotations
 
+import heapq
+import math
+
 import numpy as np
 import pandas as pd
 import simpy
@@ -40,17 +43,31 @@ class _Arrivals:
         self.think, self.next_of = think, _next_of_client(client)
         self.progress = progress
         replica.on_complete = self.completed
+        replica.next_arrival = self.next_time
         first = np.flatnonzero(~np.isnan(table.arrival))
         self.initial = first[np.argsort(table.arrival[first], kind="stable")]
+        self.initial_times = table.arrival[self.initial].copy()
+        self._cursor = 0  # index into initial of the next open-loop arrival
+        self._delayed: list[float] = []  # heap of pending closed-loop release times
         env.process(self._open_loop())
 
+    def next_time(self) -> float:
+        """When the next request reaches the server (inf if none is known yet)."""
+        t = self.initial_times[self._cursor] if self._cursor < len(self.initial) else math.inf
+        return min(t, self._delayed[0]) if self._delayed else t
+
     def _open_loop(self):
-        env, arrival = self.env, self.table.arrival
-        for rid in self.initial:
-            delay = arrival[rid] - env.now
+        env = self.env
+        for i, rid in enumerate(self.initial):
+            delay = self.initial_times[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
+            self._cursor = i + 1
             self.release(int(rid))
+
+    def _release_delayed(self, rid: int) -> None:
+        heapq.heappop(self._delayed)
+        self.release(rid)
 
     def release(self, rid: int) -> None:
         """A request reaches the server now: refuse it with a reason, or queue it."""
@@ -77,8 +94,9 @@ class _Arrivals:
             if nxt >= 0:
                 delay = self.think[nxt]
                 if delay > 0:
+                    heapq.heappush(self._delayed, now + delay)
                     self.env.timeout(delay).callbacks.append(
-                        lambda _e, r=int(nxt): self.release(r))
+                        lambda _e, r=int(nxt): self._release_delayed(r))
                 else:
                     self.release(int(nxt))
 
@@ -97,7 +115,8 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
     env = simpy.Environment()
     itl = LogHistogram(keep_samples=keep_itl_samples)
     parts = build_replica_parts(cfg, table, itl)
-    replica = Replica(env, parts.scheduler, parts.cost_model, on_complete=lambda ids, now: None)
+    replica = Replica(env, parts.scheduler, parts.cost_model, on_complete=lambda ids, now: None,
+                      fast_forward=bool(getattr(cfg, "fast_forward", True)))
     _Arrivals(env, table, replica, parts, client, think, progress)
     env.run()
     return Records(_request_frame(table, client), replica.timeline.to_frame(), itl,

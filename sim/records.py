@@ -31,6 +31,16 @@ class ColumnBuffer:
             a[n] = v
         self._n = n + 1
 
+    def extend(self, *columns) -> None:
+        """Add a block of rows; one array (or scalar, repeated) per column, in order."""
+        k = max((len(c) for c in columns if np.ndim(c)), default=1)
+        while self._n + k > len(next(iter(self._cols.values()))):
+            for name, a in self._cols.items():
+                self._cols[name] = np.concatenate([a, np.empty_like(a)])
+        for a, c in zip(self._cols.values(), columns, strict=True):
+            a[self._n: self._n + k] = c
+        self._n += k
+
     def __len__(self) -> int:
         return self._n
 
@@ -71,6 +81,16 @@ class LogHistogram:
             b = self._bin(values)
             np.add.at(self.counts, b, 1)
             np.add.at(self.sums, b, values)
+
+    def add_repeated(self, values: np.ndarray, times: int) -> None:
+        """Add each duration of ``values`` ``times`` times (one decode step's gaps)."""
+        if not len(values) or times <= 0:
+            return
+        if self._samples is not None:
+            self._samples.append(np.repeat(np.asarray(values, dtype=np.float64), times))
+        b = self._bin(values)
+        np.add.at(self.counts, b, times)
+        np.add.at(self.sums, b, values * times)
 
     @property
     def count(self) -> int:

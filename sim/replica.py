@@ -27,9 +27,13 @@ class Replica:
     """
 
     def __init__(self, env: simpy.Environment, scheduler: TokenBudgetScheduler,
-                 cost_model: CostModel, on_complete: Callable[[np.ndarray, float], None]) -> None:
+                 cost_model: CostModel, on_complete: Callable[[np.ndarray, float], None],
+                 next_arrival: Callable[[], float] = lambda: float("inf"),
+                 fast_forward: bool = True) -> None:
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
         self.on_complete = on_complete
+        self.next_arrival = next_arrival
+        self.fast_forward = fast_forward
         self.timeline = ColumnBuffer(TIMELINE_COLUMNS)
         self._wakeup: simpy.Event | None = None
         self.process = env.process(self._run())
@@ -51,8 +55,13 @@ class Replica:
                 yield self._wakeup
                 self._wakeup = None
                 continue
+            if self.fast_forward and sched.can_fast_forward(batch):
+                k = sched.decode_window_limit(batch)
+                if k > 1:
+                    yield from self._decode_window(batch, k)
+                    continue
             cost = self.cost_model.step_cost(batch.new_tokens, batch.context_tokens)
-            scheduled = int(batch.new_tokens.sum())
+            scheduled = batch.num_tokens
             prefill = batch.num_prefill_tokens
             record(now, cost.time_s, len(batch.ids), scheduled, prefill, scheduled - prefill,
                    batch.queue_length, kv.used_blocks, cost.compute_s, cost.memory_s,
@@ -61,3 +70,27 @@ class Replica:
             done = sched.update(batch, env.now)
             if len(done):
                 self.on_complete(done, env.now)
+
+    def _decode_window(self, batch, k: int):
+        """Run up to ``k`` decode-only steps in one timeout (fast-forward).
+
+        With an empty waiting queue, an arrival could join the batch at the next step
+        boundary, so the window stops at the first boundary at or after the next arrival.
+        """
+        env, sched = self.env, self.scheduler
+        now = env.now
+        time, compute, memory, comm, host = self.cost_model.decode_window(batch.context_tokens, k)
+        ends = np.cumsum(np.concatenate(([now], time)))[1:]
+        if not sched.waiting:
+            k = min(k, int(np.searchsorted(ends, self.next_arrival(), side="left")) + 1)
+            ends = ends[:k]
+        starts = np.concatenate(([now], ends[:-1]))
+        n = len(batch.ids)
+        used = sched.kv.used_blocks + sched.block_growth(batch, k)
+        bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
+        self.timeline.extend(starts, time[:k], n, n, 0, n, batch.queue_length, used,
+                             compute[:k], memory[:k], comm[:k], host[:k], bound)
+        yield env.timeout(ends[-1] - now)
+        done = sched.update_window(batch, ends)
+        if len(done):
+            self.on_complete(done, env.now)

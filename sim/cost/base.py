@@ -63,3 +63,8 @@ class CostModel(Protocol):
     def breakdown(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> list[OperatorCost]:
         """Every operator of the step with its roofline numbers."""
         ...
+
+    def decode_window(self, context_tokens: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+        """(time, compute, memory, comm, host) arrays of k decode-only steps of one batch,
+        each sequence one token longer per step; step j must equal ``step_cost`` of it."""
+        ...

@@ -20,3 +20,9 @@ class ConstantCostModel:
     def breakdown(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> list[OperatorCost]:
         """One pseudo-operator holding the whole step."""
         return [OperatorCost("constant_step", 1, 0.0, 0.0, self._cost.time_s, "host")]
+
+    def decode_window(self, context_tokens: np.ndarray, k: int):
+        """``k`` identical steps (time, compute, memory, comm, host arrays)."""
+        c = self._cost
+        z = np.zeros(k)
+        return np.full(k, c.time_s), z, z.copy(), z.copy(), np.full(k, c.host_s)

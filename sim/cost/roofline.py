@@ -122,23 +122,43 @@ class RooflineCostModel:
         return OperatorCost(name, L, L * flops, L * nbytes, L * float(t),
                             "compute" if cb else "memory")
 
+    def decode_attention(self, ctx_total, num_seqs: int):
+        """Decode attention time over all layers for ``num_seqs`` sequences holding
+        ``ctx_total`` cached tokens (array: one entry per step), and whether compute binds."""
+        f, b = decode_attention_work(ctx_total, num_seqs, self.heads, self.kv_heads,
+                                     self.model.head_dim, self.kv_bytes)
+        k = self.eff.attention_decode
+        t, cb = roofline(f, b, self.peak_flops, self.hw.hbm_bandwidth, k.compute_eta(1.0),
+                         k.eta_memory, k.launch_s)
+        return self.model.num_hidden_layers * t, cb, f, b
+
+    def _prefill_attention(self, q: np.ndarray, ctx: np.ndarray) -> OperatorCost:
+        f, b = prefill_attention_work(q.astype(np.float64), ctx.astype(np.float64), self.heads,
+                                      self.kv_heads, self.model.head_dim, self.kv_bytes)
+        return self._attention_op("attn_prefill", float(f.sum()), float(b.sum()),
+                                  float(q.mean()), self.eff.attention_prefill)
+
     def _attention_ops(self, n: np.ndarray, c: np.ndarray) -> list[OperatorCost]:
         """Prefill-chunk and decode attention of the batch (one kernel each per layer)."""
-        d, kvb = self.model.head_dim, self.kv_bytes
         decode = (n == 1) & (c > 0)
         num_decode = int(np.count_nonzero(decode))
         ops = []
         if num_decode:
-            ctx = float(c[decode].sum()) if num_decode < len(n) else float(c.sum())
-            f, b = decode_attention_work(ctx, num_decode, self.heads, self.kv_heads, d, kvb)
-            ops.append(self._attention_op("attn_decode", f, b, 1.0, self.eff.attention_decode))
+            t, cb, f, b = self.decode_attention(np.array([float(c[decode].sum())]), num_decode)
+            L = self.model.num_hidden_layers
+            ops.append(OperatorCost("attn_decode", L, L * float(f[0]), L * float(b[0]),
+                                    float(t[0]), "compute" if cb[0] else "memory"))
         if num_decode < len(n):
-            prefill = ~decode
-            q, ctx = n[prefill].astype(np.float64), c[prefill].astype(np.float64)
-            f, b = prefill_attention_work(q, ctx, self.heads, self.kv_heads, d, kvb)
-            ops.append(self._attention_op("attn_prefill", float(f.sum()), float(b.sum()),
-                                          float(q.mean()), self.eff.attention_prefill))
+            ops.append(self._prefill_attention(n[~decode], c[~decode]))
         return ops
+
+    def _linear(self, T: int, S: int) -> tuple[float, float, float, float]:
+        key = (T, S)
+        lin = self._linear_cache.get(key)
+        if lin is None:
+            lin = _split(self._linear_ops(T, S))
+            self._linear_cache[key] = lin
+        return lin
 
     # ---- the CostModel interface ---------------------------------------------------------
     def breakdown(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> list[OperatorCost]:
@@ -152,15 +172,31 @@ class RooflineCostModel:
     def step_cost(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> StepCost:
         """Step time: cached token-count operators + this batch's attention + host."""
         T, S = int(new_tokens.sum()), len(new_tokens)
-        key = (T, S)
-        lin = self._linear_cache.get(key)
-        if lin is None:
-            lin = _split(self._linear_ops(T, S))
-            self._linear_cache[key] = lin
+        if T == S and context_tokens.min() > 0:  # decode only: same arithmetic as a window
+            w = self.decode_window(context_tokens, 1)
+            return StepCost(*(float(a[0]) for a in w))
+        lin = self._linear(T, S)
         att = _split(self._attention_ops(new_tokens, context_tokens))
         host = self.host_overhead_s + self.host_per_seq_s * S
         compute, memory, comm = lin[1] + att[1], lin[2] + att[2], lin[3] + att[3]
         return StepCost(compute + memory + comm + host, compute, memory, comm, host)
+
+    def decode_window(self, context_tokens: np.ndarray, k: int):
+        """Costs of ``k`` consecutive decode-only steps of the same sequences.
+
+        Each step every sequence adds one token, so step j attends over
+        ``sum(context_tokens) + j·S`` cached tokens. Returns arrays (time, compute, memory,
+        comm, host) of length k.
+        """
+        S = len(context_tokens)
+        lin = self._linear(S, S)
+        ctx = float(context_tokens.sum()) + S * np.arange(k, dtype=np.float64)
+        att, cb, _, _ = self.decode_attention(ctx, S)
+        host = np.full(k, self.host_overhead_s + self.host_per_seq_s * S)
+        compute = lin[1] + np.where(cb, att, 0.0)
+        memory = lin[2] + np.where(cb, 0.0, att)
+        comm = np.full(k, lin[3])
+        return compute + memory + comm + host, compute, memory, comm, host
 
 
 def _split(ops: list[OperatorCost]) -> tuple[float, float, float, float]:

@@ -8,8 +8,6 @@ batch, ``update(batch, now)`` applies its result — the split of vLLM's ``sched
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
-
 import numpy as np
 
 from sim.kv_cache import PagedKVCache
@@ -17,20 +15,30 @@ from sim.records import LogHistogram
 from sim.state import FINISHED, RUNNING, WAITING, RequestTable
 
 
-@dataclass(frozen=True)
 class Batch:
     """One step's work: per scheduled request, its new tokens and tokens already cached."""
 
-    ids: np.ndarray
-    new_tokens: np.ndarray
-    context_tokens: np.ndarray
-    queue_length: int
+    __slots__ = ("ids", "new_tokens", "context_tokens", "queue_length", "num_tokens",
+                 "_prefill", "growth")
+
+    def __init__(self, ids: np.ndarray, new_tokens: np.ndarray, context_tokens: np.ndarray,
+                 queue_length: int) -> None:
+        self.ids, self.new_tokens, self.context_tokens = ids, new_tokens, context_tokens
+        self.queue_length = queue_length
+        self.num_tokens = int(new_tokens.sum())
+        self._prefill: int | None = None
+        self.growth: np.ndarray | None = None  # cached block_growth of a decode window
 
     @property
     def num_prefill_tokens(self) -> int:
         """Tokens of the step that are not single decode tokens."""
-        decode = (self.new_tokens == 1) & (self.context_tokens > 0)
-        return int(self.new_tokens[~decode].sum())
+        if self._prefill is None:
+            if self.num_tokens == len(self.ids) and self.context_tokens.min() > 0:
+                self._prefill = 0
+            else:
+                decode = (self.new_tokens == 1) & (self.context_tokens > 0)
+                self._prefill = int(self.new_tokens[~decode].sum())
+        return self._prefill
 
 
 class TokenBudgetScheduler:
@@ -44,6 +52,7 @@ class TokenBudgetScheduler:
         self.table, self.kv, self.itl = table, kv, itl
         self.waiting: deque[int] = deque()
         self.running = np.empty(0, np.int64)
+        self.preempted_in_last_step = False
 
     def add_request(self, rid: int) -> None:
         """A request has arrived at this replica."""
@@ -72,13 +81,72 @@ class TokenBudgetScheduler:
             later = emit[~first]
             self.itl.add(now - t.last_token[later])
         t.last_token[emit] = now
-        done = emit[gen >= t.max_output[emit]]
+        return self._finish(emit[gen >= t.max_output[emit]], now)
+
+    def _finish(self, done: np.ndarray, now: float) -> np.ndarray:
         if len(done):
+            t = self.table
             t.completion[done] = now
             t.status[done] = FINISHED
             self.kv.free(done)
             self.running = self.running[~np.isin(self.running, done)]
         return done
+
+    # ---- fast-forward of decode-only steps --------------------------------------------
+    def can_fast_forward(self, batch: Batch) -> bool:
+        """Whether the batch is every running request in decode and no one was preempted.
+
+        Then, until a request completes, the cache runs short or a new request arrives to an
+        empty queue, every following step schedules the same requests one token each: a
+        waiting request that could not be admitted now cannot be admitted later either
+        (sequence slots and token budget stay the same, free blocks only shrink).
+        """
+        return (not self.preempted_in_last_step and len(batch.ids) == len(self.running)
+                and batch.num_prefill_tokens == 0)
+
+    def block_growth(self, batch: Batch, k: int) -> np.ndarray:
+        """Extra KV blocks held after each of ``k`` decode steps (0 for the first, which
+        ``schedule`` already allocated)."""
+        if batch.growth is not None and len(batch.growth) >= k:
+            return batch.growth[:k]
+        bs = self.kv.block_size
+        first_need = self.kv.held[batch.ids] * bs - batch.context_tokens
+        starts = first_need[first_need < k]
+        if not len(starts):
+            return np.zeros(k, np.int64)
+        rows = -(-k // bs)
+        per_step = np.bincount(starts, minlength=rows * bs).reshape(rows, bs)
+        return np.cumsum(per_step.cumsum(axis=0).ravel()[:k])
+
+    def decode_window_limit(self, batch: Batch) -> int:
+        """Most decode steps (≥ 1) this batch can run unchanged: up to and including the
+        first step in which a request completes, and before a step that would run out of
+        KV blocks."""
+        t, ids = self.table, batch.ids
+        k = int((t.max_output[ids] - t.generated[ids]).min())
+        if k <= 1:
+            return 1
+        growth = batch.growth = self.block_growth(batch, k)
+        fits = int(np.searchsorted(growth, self.kv.free_blocks, side="right"))
+        return max(1, min(k, fits))
+
+    def update_window(self, batch: Batch, ends: np.ndarray) -> np.ndarray:
+        """Apply ``len(ends)`` decode steps of ``batch`` ending at the times ``ends``.
+
+        Same state, timestamps and ITL samples as ``len(ends)`` calls of ``update``.
+        """
+        t, ids, k = self.table, batch.ids, len(ends)
+        self.itl.add(ends[0] - t.last_token[ids])
+        if k > 1:
+            self.itl.add_repeated(np.diff(ends), len(ids))
+        if not self.kv.allocate_all(ids, batch.context_tokens, np.full(len(ids), k)):
+            raise AssertionError("decode window overran the KV cache")
+        t.computed[ids] += k
+        t.num_tokens[ids] += k
+        gen = t.generated[ids] + k
+        t.generated[ids] = gen
+        t.last_token[ids] = ends[-1]
+        return self._finish(ids[gen >= t.max_output[ids]], float(ends[-1]))
 
     def _admit(self, rid: int, now: float) -> None:
         t = self.table

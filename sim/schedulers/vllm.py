@@ -44,26 +44,37 @@ class VllmScheduler(TokenBudgetScheduler):
         t, kv = self.table, self.kv
         budget = self.budget
         run = self.running
-        ids, new = run[:0], run[:0]
+        ids = new = ctx = run[:0]
         preempted = False
         if len(run):
-            want = self._want(run)
-            cum = np.cumsum(want)
-            if cum[-1] > budget:
+            computed = t.computed[run]
+            want = t.num_tokens[run] - computed
+            if self.threshold > 0:
+                np.minimum(want, self.threshold, out=want)
+            total = int(want.sum())
+            if total > budget:
+                cum = np.cumsum(want)
                 k = int(np.searchsorted(cum, budget, side="right"))
                 want[k] = budget - (cum[k - 1] if k else 0)
                 want[k + 1:] = 0
-            if kv.allocate_all(run, t.computed[run], want):
-                sel = want > 0
-                ids, new = run[sel], want[sel]
+                total = budget
+            if kv.allocate_all(run, computed, want):
+                if total == len(run) or want.min() > 0:
+                    ids, new, ctx = run, want, computed
+                else:
+                    sel = want > 0
+                    ids, new, ctx = run[sel], want[sel], computed[sel]
             else:
                 ids, new, preempted = self._schedule_running_with_preemption(budget)
-            budget -= int(new.sum())
+                ctx = t.computed[ids]
+                total = int(new.sum())
+            budget -= total
+        self.preempted_in_last_step = preempted
         if not preempted and self.waiting:
-            ids, new = self._admit_waiting(now, budget, ids, new)
+            ids, new, ctx = self._admit_waiting(now, budget, ids, new, ctx)
         if not len(ids):
             return None
-        return Batch(ids, new, t.computed[ids], len(self.waiting))
+        return Batch(ids, new, ctx, len(self.waiting))
 
     def _schedule_running_with_preemption(self, budget: int):
         """The slow path of the running loop, taken only when the cache is short of blocks."""
@@ -93,9 +104,9 @@ class VllmScheduler(TokenBudgetScheduler):
         self.running = np.array(run, np.int64)
         return np.array(ids, np.int64), np.array(new, np.int64), preempted
 
-    def _admit_waiting(self, now: float, budget: int, ids, new):
+    def _admit_waiting(self, now: float, budget: int, ids, new, ctx):
         t, kv = self.table, self.kv
-        admitted, chunks = [], []
+        admitted, chunks, cached = [], [], []
         slots = self.max_num_seqs - len(self.running)
         while self.waiting and slots > 0 and budget > 0:
             rid = self.waiting[0]
@@ -109,6 +120,7 @@ class VllmScheduler(TokenBudgetScheduler):
             self._admit(rid, now)
             admitted.append(rid)
             chunks.append(n)
+            cached.append(t.computed[rid])
             budget -= n
             slots -= 1
         if admitted:
@@ -116,4 +128,5 @@ class VllmScheduler(TokenBudgetScheduler):
             self.running = np.concatenate([self.running, adm])
             ids = np.concatenate([ids, adm])
             new = np.concatenate([new, np.array(chunks, np.int64)])
-        return ids, new
+            ctx = np.concatenate([ctx, np.array(cached, np.int64)])
+        return ids, new, ctx
