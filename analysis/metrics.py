@@ -19,8 +19,15 @@ def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     e2el = (done["completion_s"] - done["arrival_s"]) * 1e3
     out = done["generated_tokens"]
     tpot = ((e2el - ttft) / (out - 1)).where(out > 1)
-    return pd.DataFrame({"request_id": done["request_id"], "ttft_ms": ttft, "tpot_ms": tpot,
-                         "e2el_ms": e2el, "output_tokens": out})
+    return pd.DataFrame(
+        {
+            "request_id": done["request_id"],
+            "ttft_ms": ttft,
+            "tpot_ms": tpot,
+            "e2el_ms": e2el,
+            "output_tokens": out,
+        }
+    )
 
 
 def _stats(name: str, values: np.ndarray) -> dict:
@@ -59,7 +66,8 @@ def summarize(records: Records, slo=None) -> dict:
         "completed": completed,
         "rejected": rejected,
         "rejected_reasons": req.loc[req["status"] == "rejected", "reject_reason"]
-        .value_counts().to_dict(),
+        .value_counts()
+        .to_dict(),
         "duration_s": duration,
         "total_input_tokens": in_tokens,
         "total_output_tokens": out_tokens,
@@ -76,11 +84,18 @@ def summarize(records: Records, slo=None) -> dict:
     if slo_is_set(slo):
         good = int(meets_slo(lat, slo).sum())
         s["request_goodput"] = per_s(good)
-        s["slo_attainment"] = good / (completed + rejected) if completed + rejected else float("nan")
+        s["slo_attainment"] = (
+            good / (completed + rejected) if completed + rejected else float("nan")
+        )
     s["num_preemptions"] = int(req["num_preemptions"].sum())
     s.update(step_metrics(tl, records.meta))
-    s.update({k: records.meta[k] for k in ("num_gpu_blocks", "max_concurrent_tokens")
-              if k in records.meta})
+    s.update(
+        {
+            k: records.meta[k]
+            for k in ("num_gpu_blocks", "max_concurrent_tokens")
+            if k in records.meta
+        }
+    )
     return s
 
 

@@ -43,7 +43,9 @@ def write_run(records: Records, summary: dict, outdir: Path) -> None:
     outdir.mkdir(parents=True, exist_ok=True)
     tl = records.timeline.copy()
     tl["bound"] = pd.Categorical.from_codes(tl["bound"].astype(int), categories=list(BOUNDS))
-    _atomic_write(outdir / "requests.parquet", lambda p: records.requests.to_parquet(p, index=False))
+    _atomic_write(
+        outdir / "requests.parquet", lambda p: records.requests.to_parquet(p, index=False)
+    )
     _atomic_write(outdir / "timeline.parquet", lambda p: tl.to_parquet(p, index=False))
     text = json.dumps(_json_safe(summary), indent=2) + "\n"
     _atomic_write(outdir / "summary.json", lambda p: Path(p).write_text(text))
@@ -51,21 +53,34 @@ def write_run(records: Records, summary: dict, outdir: Path) -> None:
 
 def format_summary(s: dict) -> str:
     """A vLLM-benchmark-style table of the main metrics."""
-    rows = [("Completed requests", s["completed"]), ("Rejected requests", s["rejected"]),
-            ("Duration (s)", s["duration_s"]),
-            ("Request throughput (req/s)", s["request_throughput"]),
-            ("Output token throughput (tok/s)", s["output_throughput"]),
-            ("Total token throughput (tok/s)", s["total_token_throughput"])]
+    rows = [
+        ("Completed requests", s["completed"]),
+        ("Rejected requests", s["rejected"]),
+        ("Duration (s)", s["duration_s"]),
+        ("Request throughput (req/s)", s["request_throughput"]),
+        ("Output token throughput (tok/s)", s["output_throughput"]),
+        ("Total token throughput (tok/s)", s["total_token_throughput"]),
+    ]
     if "request_goodput" in s:
-        rows += [("Request goodput (req/s)", s["request_goodput"]),
-                 ("SLO attainment", s["slo_attainment"])]
-    for name, title in (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"),
-                        ("itl_ms", "ITL (ms)"), ("e2el_ms", "E2E latency (ms)")):
-        rows += [(f"{p.capitalize()} {title}", s[f"{p}_{name}"])
-                 for p in ("mean", "median", "p90", "p99")]
-    rows += [("Mean batch size (seqs)", s.get("mean_batch_size", float("nan"))),
-             ("Mean KV-cache usage", s.get("mean_kv_usage", float("nan"))),
-             ("Preemptions", s["num_preemptions"])]
+        rows += [
+            ("Request goodput (req/s)", s["request_goodput"]),
+            ("SLO attainment", s["slo_attainment"]),
+        ]
+    for name, title in (
+        ("ttft_ms", "TTFT (ms)"),
+        ("tpot_ms", "TPOT (ms)"),
+        ("itl_ms", "ITL (ms)"),
+        ("e2el_ms", "E2E latency (ms)"),
+    ):
+        rows += [
+            (f"{p.capitalize()} {title}", s[f"{p}_{name}"])
+            for p in ("mean", "median", "p90", "p99")
+        ]
+    rows += [
+        ("Mean batch size (seqs)", s.get("mean_batch_size", float("nan"))),
+        ("Mean KV-cache usage", s.get("mean_kv_usage", float("nan"))),
+        ("Preemptions", s["num_preemptions"]),
+    ]
     rows += [(f"Step time bound by {b}", s.get(f"{b}_bound_share", 0.0)) for b in BOUNDS]
     lines = ["{s:{c}^60}".format(s=" Serving Benchmark Result (simulated) ", c="=")]
     for label, v in rows:

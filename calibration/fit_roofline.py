@@ -43,20 +43,33 @@ def held_out_mask(df: pd.DataFrame, keys: list[str], seed: int = 0) -> np.ndarra
     groups = df[keys].drop_duplicates()
     rng = np.random.default_rng(seed)
     chosen = groups.sample(frac=HELD_OUT_FRACTION, random_state=rng.integers(1 << 31))
-    return df[keys].merge(chosen.assign(_h=True), on=keys, how="left")["_h"].fillna(False).to_numpy(bool)
+    return (
+        df[keys]
+        .merge(chosen.assign(_h=True), on=keys, how="left")["_h"]
+        .fillna(False)
+        .to_numpy(bool)
+    )
 
 
 def error_report(pred: np.ndarray, meas: np.ndarray) -> dict:
     """Absolute percentage error statistics of predictions against measurements."""
     ape = np.abs(pred / meas - 1.0) * 100
-    return {"rows": int(len(ape)), "median_ape_pct": round(float(np.median(ape)), 2),
-            "mean_ape_pct": round(float(np.mean(ape)), 2),
-            "p90_ape_pct": round(float(np.percentile(ape, 90)), 2)}
+    return {
+        "rows": int(len(ape)),
+        "median_ape_pct": round(float(np.median(ape)), 2),
+        "mean_ape_pct": round(float(np.mean(ape)), 2),
+        "p90_ape_pct": round(float(np.percentile(ape, 90)), 2),
+    }
 
 
 def _fit(predict, x0, lower, upper, meas, train):
-    res = least_squares(lambda p: np.log(predict(p)[train] / meas[train]), x0,
-                        bounds=(lower, upper), x_scale="jac", max_nfev=2000)
+    res = least_squares(
+        lambda p: np.log(predict(p)[train] / meas[train]),
+        x0,
+        bounds=(lower, upper),
+        x_scale="jac",
+        max_nfev=2000,
+    )
     return res.x
 
 
@@ -71,15 +84,24 @@ def fit_gemm(df: pd.DataFrame, peak_flops: float, peak_bw: float, in_bytes: floa
 
     def predict(p):
         e = params(p)
-        return roofline(flops, nbytes, peak_flops, peak_bw, e.compute_eta(m, n, k),
-                        e.eta_memory, e.launch_s)[0]
+        return roofline(
+            flops, nbytes, peak_flops, peak_bw, e.compute_eta(m, n, k), e.eta_memory, e.launch_s
+        )[0]
 
     hold = held_out_mask(df, ["n", "k"])
-    p = _fit(predict, [0.8, 64, 64, 64, 0.8, 5], [0.05, 0, 0, 0, 0.05, 0],
-             [1.0, 1e5, 1e5, 1e5, 1.0, 100], meas, ~hold)
+    p = _fit(
+        predict,
+        [0.8, 64, 64, 64, 0.8, 5],
+        [0.05, 0, 0, 0, 0.05, 0],
+        [1.0, 1e5, 1e5, 1e5, 1.0, 100],
+        meas,
+        ~hold,
+    )
     pred = predict(p)
-    return params(p), {"train": error_report(pred[~hold], meas[~hold]),
-                       "held_out": error_report(pred[hold], meas[hold])}
+    return params(p), {
+        "train": error_report(pred[~hold], meas[~hold]),
+        "held_out": error_report(pred[hold], meas[hold]),
+    }
 
 
 def fit_attention_prefill(df: pd.DataFrame, peak_flops: float, peak_bw: float):
@@ -95,14 +117,17 @@ def fit_attention_prefill(df: pd.DataFrame, peak_flops: float, peak_bw: float):
 
     def predict(p):
         e = params(p)
-        return roofline(flops, nbytes, peak_flops, peak_bw, e.compute_eta(s), e.eta_memory,
-                        e.launch_s)[0]
+        return roofline(
+            flops, nbytes, peak_flops, peak_bw, e.compute_eta(s), e.eta_memory, e.launch_s
+        )[0]
 
     hold = held_out_mask(df, ["num_heads", "num_key_value_heads", "head_dim"])
     p = _fit(predict, [0.6, 128, 0.6, 5], [0.01, 0, 0.01, 0], [1.0, 1e5, 1.0, 200], meas, ~hold)
     pred = predict(p)
-    return params(p), {"train": error_report(pred[~hold], meas[~hold]),
-                       "held_out": error_report(pred[hold], meas[hold])}
+    return params(p), {
+        "train": error_report(pred[~hold], meas[~hold]),
+        "held_out": error_report(pred[hold], meas[hold]),
+    }
 
 
 def fit_attention_decode(df: pd.DataFrame, peak_flops: float, peak_bw: float):
@@ -117,14 +142,17 @@ def fit_attention_decode(df: pd.DataFrame, peak_flops: float, peak_bw: float):
 
     def predict(p):
         e = params(p)
-        return roofline(flops, nbytes, peak_flops, peak_bw, e.compute_eta(1.0), e.eta_memory,
-                        e.launch_s)[0]
+        return roofline(
+            flops, nbytes, peak_flops, peak_bw, e.compute_eta(1.0), e.eta_memory, e.launch_s
+        )[0]
 
     hold = held_out_mask(df, ["num_heads", "num_key_value_heads", "head_dim"])
     p = _fit(predict, [0.3, 0.6, 5], [0.01, 0.01, 0], [1.0, 1.0, 200], meas, ~hold)
     pred = predict(p)
-    return params(p), {"train": error_report(pred[~hold], meas[~hold]),
-                       "held_out": error_report(pred[hold], meas[hold])}
+    return params(p), {
+        "train": error_report(pred[~hold], meas[~hold]),
+        "held_out": error_report(pred[hold], meas[hold]),
+    }
 
 
 def fit_allreduce(df: pd.DataFrame, link_bw: float):
@@ -139,8 +167,10 @@ def fit_allreduce(df: pd.DataFrame, link_bw: float):
     hold = held_out_mask(df, ["message_size"])
     p = _fit(predict, [0.7, 10], [0.01, 0], [1.0, 500], meas, ~hold)
     pred = predict(p)
-    return (float(p[0]), float(p[1]) * 1e-6), {"train": error_report(pred[~hold], meas[~hold]),
-                                                "held_out": error_report(pred[hold], meas[hold])}
+    return (float(p[0]), float(p[1]) * 1e-6), {
+        "train": error_report(pred[~hold], meas[~hold]),
+        "held_out": error_report(pred[hold], meas[hold]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,24 +222,38 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": a.hardware,
         "framework": a.framework,
         "fitted_on": str(date.today()),
-        "command": "python -m calibration.fit_roofline " + " ".join(
-            ["--data", str(a.data), "--hardware", a.hardware, "--framework", a.framework,
-             "--out", str(a.out)]),
+        "command": "python -m calibration.fit_roofline "
+        + " ".join(
+            [
+                "--data",
+                str(a.data),
+                "--hardware",
+                a.hardware,
+                "--framework",
+                a.framework,
+                "--out",
+                str(a.out),
+            ]
+        ),
         "data": "aiconfigurator h100_sxm op tables (ai-dynamo/aiconfigurator 095f58a5)",
         "tables": sources,
         "held_out": f"{HELD_OUT_FRACTION:.0%} of distinct shapes per fit, seed 0",
-        "assumptions": ["elementwise ops use the bf16 GEMM memory efficiency and launch "
-                        "latency (no elementwise table measured)",
-                        "attention fitted on bf16 KV cache, full (non-windowed) attention"],
+        "assumptions": [
+            "elementwise ops use the bf16 GEMM memory efficiency and launch "
+            "latency (no elementwise table measured)",
+            "attention fitted on bf16 KV cache, full (non-windowed) attention",
+        ],
         "parameters": params,
         "errors": errors,
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=2) + "\n")
     for name, err in errors.items():
-        print(f"{name:18s} train {err['train']['median_ape_pct']:6.2f}%  held-out median "
-              f"{err['held_out']['median_ape_pct']:6.2f}% p90 {err['held_out']['p90_ape_pct']:6.2f}%"
-              f" ({err['held_out']['rows']} rows)")
+        print(
+            f"{name:18s} train {err['train']['median_ape_pct']:6.2f}%  held-out median "
+            f"{err['held_out']['median_ape_pct']:6.2f}% p90 {err['held_out']['p90_ape_pct']:6.2f}%"
+            f" ({err['held_out']['rows']} rows)"
+        )
     return 0
 
 

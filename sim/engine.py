@@ -47,14 +47,17 @@ class _Arrivals:
         first = np.flatnonzero(~np.isnan(table.arrival))
         self.initial = first[np.argsort(table.arrival[first], kind="stable")]
         self.initial_times = table.arrival[self.initial].copy()
+        total = table.prompt + table.max_output
+        self.admissible = (total <= parts.max_model_len) & (
+            parts.kv.blocks_for(total - 1) <= parts.kv.num_blocks)
         self._cursor = 0  # index into initial of the next open-loop arrival
-        self._delayed: list[float] = []  # heap of pending closed-loop release times
+        self._delayed: list[tuple[float, int]] = []  # heap of pending (time, id) releases
         env.process(self._open_loop())
 
     def next_time(self) -> float:
         """When the next request reaches the server (inf if none is known yet)."""
         t = self.initial_times[self._cursor] if self._cursor < len(self.initial) else math.inf
-        return min(t, self._delayed[0]) if self._delayed else t
+        return min(t, self._delayed[0][0]) if self._delayed else t
 
     def _open_loop(self):
         env = self.env
@@ -73,13 +76,12 @@ class _Arrivals:
         """A request reaches the server now: refuse it with a reason, or queue it."""
         now, t, p = self.env.now, self.table, self.parts
         t.arrival[rid] = now
-        total = int(t.prompt[rid] + t.max_output[rid])
-        if total > p.max_model_len:
-            self._reject(rid, 1)
-        elif not p.kv.fits_alone(total - 1):
-            self._reject(rid, 2)
-        else:
+        if self.admissible[rid]:
             self.replica.submit(rid)
+        elif t.prompt[rid] + t.max_output[rid] > p.max_model_len:
+            self._reject(rid, 1)
+        else:
+            self._reject(rid, 2)
 
     def _reject(self, rid: int, reason: int) -> None:
         self.table.reject(rid, reason, self.env.now)
@@ -94,7 +96,7 @@ class _Arrivals:
             if nxt >= 0:
                 delay = self.think[nxt]
                 if delay > 0:
-                    heapq.heappush(self._delayed, now + delay)
+                    heapq.heappush(self._delayed, (now + delay, int(nxt)))
                     self.env.timeout(delay).callbacks.append(
                         lambda _e, r=int(nxt): self._release_delayed(r))
                 else:

@@ -24,7 +24,9 @@ GIB = 1024**3
 def parameter_count(m: ModelConfig) -> int:
     """Parameters of a dense Llama-style decoder (embeddings, attention, gated MLP, norms)."""
     h, d = m.hidden_size, m.head_dim
-    attn = h * (m.num_attention_heads + 2 * m.num_key_value_heads) * d + m.num_attention_heads * d * h
+    attn = (
+        h * (m.num_attention_heads + 2 * m.num_key_value_heads) * d + m.num_attention_heads * d * h
+    )
     mlp = 3 * h * m.intermediate_size
     per_layer = attn + mlp + 2 * h
     embed = m.vocab_size * h
@@ -78,8 +80,9 @@ class MemoryBudget:
         return self.num_gpu_blocks * self.block_size
 
 
-def memory_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig,
-                  kv: KVCacheConfig, tp: int) -> MemoryBudget:
+def memory_budget(
+    model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig, kv: KVCacheConfig, tp: int
+) -> MemoryBudget:
     """Size the KV cache of one replica; refuses a model that does not fit."""
     usable = int(hw.hbm_bytes * kv.gpu_memory_utilization)
     weights = parameter_count(model) * DTYPE_BYTES[model.dtype] // tp
@@ -89,10 +92,13 @@ def memory_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig
     block_bytes = kv.block_size * kv_bytes_per_token(model, kv, tp)
     if free < block_bytes:
         raise ConfigError(
-            "cluster.tensor_parallel_size", tp,
+            "cluster.tensor_parallel_size",
+            tp,
             f"model {model.name} does not fit: {weights / GIB:.1f} GiB weights + "
             f"{acts / GIB:.1f} GiB activations + {other / GIB:.1f} GiB other per GPU exceed "
             f"{usable / GIB:.1f} GiB usable ({hw.name}, gpu_memory_utilization="
-            f"{kv.gpu_memory_utilization}); use more GPUs or a larger GPU")
-    return MemoryBudget(usable, weights, acts, other, free, block_bytes, free // block_bytes,
-                        kv.block_size)
+            f"{kv.gpu_memory_utilization}); use more GPUs or a larger GPU",
+        )
+    return MemoryBudget(
+        usable, weights, acts, other, free, block_bytes, free // block_bytes, kv.block_size
+    )

@@ -33,6 +33,8 @@ class Replica:
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
         self.on_complete = on_complete
         self.next_arrival = next_arrival
+        self._joins: list[float] = []  # when requests joined the queue during a decode window
+        self._in_window = False
         self.fast_forward = fast_forward
         self.timeline = ColumnBuffer(TIMELINE_COLUMNS)
         self._wakeup: simpy.Event | None = None
@@ -41,6 +43,8 @@ class Replica:
     def submit(self, rid: int) -> None:
         """Hand a request to this replica's scheduler, waking the replica if it sleeps."""
         self.scheduler.add_request(rid)
+        if self._in_window:
+            self._joins.append(self.env.now)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -87,10 +91,17 @@ class Replica:
         starts = np.concatenate(([now], ends[:-1]))
         n = len(batch.ids)
         used = sched.kv.used_blocks + sched.block_growth(batch, k)
-        bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
-        self.timeline.extend(starts, time[:k], n, n, 0, n, batch.queue_length, used,
-                             compute[:k], memory[:k], comm[:k], host[:k], bound)
+        self._in_window = True
         yield env.timeout(ends[-1] - now)
+        self._in_window = False
+        # queue length at each step start: the window's first, plus later joins by then
+        queue = np.full(k, batch.queue_length)
+        if self._joins:
+            queue[1:] += np.searchsorted(self._joins, starts[1:], side="right")
+            self._joins.clear()
+        bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
+        self.timeline.extend(starts, time[:k], n, n, 0, n, queue, used,
+                             compute[:k], memory[:k], comm[:k], host[:k], bound)
         done = sched.update_window(batch, ends)
         if len(done):
             self.on_complete(done, env.now)

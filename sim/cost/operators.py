@@ -25,8 +25,9 @@ class GemmEfficiency:
 
     def compute_eta(self, m, n, k):
         """Fraction of peak FLOP/s reached by an m×k·k×n GEMM."""
-        return (self.eta_compute * m / (m + self.m_half) * n / (n + self.n_half)
-                * k / (k + self.k_half))
+        return (
+            self.eta_compute * m / (m + self.m_half) * n / (n + self.n_half) * k / (k + self.k_half)
+        )
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,9 @@ def gemm_work(m, n, k, in_bytes: float, out_bytes: float = 2.0):
     return flops, nbytes
 
 
-def prefill_attention_work(q, ctx, heads, kv_heads, head_dim, kv_bytes: float,
-                           act_bytes: float = 2.0):
+def prefill_attention_work(
+    q, ctx, heads, kv_heads, head_dim, kv_bytes: float, act_bytes: float = 2.0
+):
     """Causal attention of ``q`` new tokens over ``ctx`` cached ones, per sequence.
 
     FLOPs: QKᵀ and PV, 2·2·heads·head_dim per (query, key) pair; query i sees ctx + i keys,
@@ -93,12 +95,15 @@ def prefill_attention_work(q, ctx, heads, kv_heads, head_dim, kv_bytes: float,
     """
     pairs = q * (ctx + (q + 1) / 2.0)
     flops = 4.0 * heads * head_dim * pairs
-    nbytes = (ctx + q) * 2.0 * kv_heads * head_dim * kv_bytes + 2.0 * q * heads * head_dim * act_bytes
+    nbytes = (
+        ctx + q
+    ) * 2.0 * kv_heads * head_dim * kv_bytes + 2.0 * q * heads * head_dim * act_bytes
     return flops, nbytes
 
 
-def decode_attention_work(ctx_total, num_seqs, heads, kv_heads, head_dim, kv_bytes: float,
-                          act_bytes: float = 2.0):
+def decode_attention_work(
+    ctx_total, num_seqs, heads, kv_heads, head_dim, kv_bytes: float, act_bytes: float = 2.0
+):
     """``num_seqs`` decode tokens, each over its cached tokens plus itself.
 
     ``ctx_total`` is the sum of cached tokens over those sequences; this equals summing
@@ -106,7 +111,9 @@ def decode_attention_work(ctx_total, num_seqs, heads, kv_heads, head_dim, kv_byt
     """
     keys = ctx_total + num_seqs
     flops = 4.0 * heads * head_dim * keys
-    nbytes = keys * 2.0 * kv_heads * head_dim * kv_bytes + 2.0 * num_seqs * heads * head_dim * act_bytes
+    nbytes = (
+        keys * 2.0 * kv_heads * head_dim * kv_bytes + 2.0 * num_seqs * heads * head_dim * act_bytes
+    )
     return flops, nbytes
 
 

@@ -8,6 +8,7 @@ batch, ``update(batch, now)`` applies its result — the split of vLLM's ``sched
 from __future__ import annotations
 
 from collections import deque
+
 import numpy as np
 
 from sim.kv_cache import PagedKVCache
@@ -102,7 +103,8 @@ class TokenBudgetScheduler:
         (sequence slots and token budget stay the same, free blocks only shrink).
         """
         return (not self.preempted_in_last_step and len(batch.ids) == len(self.running)
-                and batch.num_prefill_tokens == 0)
+                and batch.num_prefill_tokens == 0
+                and self.table.generated[batch.ids].min() > 0)  # not a 1-token last chunk
 
     def block_growth(self, batch: Batch, k: int) -> np.ndarray:
         """Extra KV blocks held after each of ``k`` decode steps (0 for the first, which

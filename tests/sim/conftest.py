@@ -1,0 +1,47 @@
+"""Helpers of the simulator tests: composed configs, tiny models, request tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_module
+
+import sim.app  # noqa: F401  (registers the config schemas)
+from scenarios import build_requests
+
+
+@pytest.fixture
+def compose_cfg():
+    """Compose the project's config with overrides, as ``python -m sim`` would."""
+
+    def _compose(*overrides: str):
+        with initialize_config_module("conf", version_base=None):
+            return compose("config", overrides=list(overrides))
+
+    return _compose
+
+
+def _requests_for(cfg, seed: int = 0) -> pd.DataFrame:
+    a, b = np.random.SeedSequence(seed).spawn(2)
+    return build_requests(cfg.workload, np.random.default_rng(a), np.random.default_rng(b))
+
+
+def _open_loop(arrivals, inputs, outputs) -> pd.DataFrame:
+    n = len(arrivals)
+    return pd.DataFrame({"arrival_time_s": np.asarray(arrivals, float),
+                         "input_tokens": np.asarray(inputs, np.int64),
+                         "output_tokens": np.asarray(outputs, np.int64),
+                         "client": np.full(n, -1, np.int64), "think_time_s": np.zeros(n)})
+
+
+@pytest.fixture
+def requests_for():
+    """The request table of ``cfg.workload`` under a seed (same streams as the CLI)."""
+    return _requests_for
+
+
+@pytest.fixture
+def open_loop():
+    """A hand-made open-loop request table from arrival times and lengths."""
+    return _open_loop

@@ -1,0 +1,137 @@
+"""Property tests over random small configurations: conservation, accounting, fast-forward."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim import simulate
+from sim.config import (
+    ClusterConfig,
+    ConstantCostConfig,
+    HardwareConfig,
+    KVCacheConfig,
+    ModelConfig,
+    RooflineCostConfig,
+    SchedulerConfig,
+)
+from sim.memory import activation_peak_bytes, kv_bytes_per_token, parameter_count
+
+EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", 50))  # raise locally for a deeper search
+TINY = ModelConfig(name="tiny", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=1000,
+                   max_position_embeddings=4096)
+
+
+def tiny_config(num_blocks: int, block_size: int, max_seqs: int, budget: int, max_len: int,
+                roofline: bool, fast_forward: bool = True) -> SimpleNamespace:
+    """A tiny model on a GPU sized so that the KV cache has exactly ``num_blocks`` blocks."""
+    sched = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
+                            max_model_len=max_len)
+    kv = KVCacheConfig(block_size=block_size, gpu_memory_utilization=1.0, other_memory_gib=0.0)
+    need = (parameter_count(TINY) * 2 + activation_peak_bytes(TINY, sched, 1)
+            + num_blocks * block_size * kv_bytes_per_token(TINY, kv, 1))
+    hw = HardwareConfig(name="toy", bf16_flops=1e12, fp8_flops=2e12, hbm_bandwidth=1e11,
+                        hbm_bytes=need, nvlink_bandwidth=1e10, pcie_bandwidth=1e10)
+    cost = RooflineCostConfig() if roofline else ConstantCostConfig(step_time_ms=7.0)
+    return SimpleNamespace(model=TINY, hardware=hw, scheduler=sched, kv_cache=kv,
+                           cluster=ClusterConfig(), cost_model=cost, fast_forward=fast_forward)
+
+
+@st.composite
+def scenario(draw):
+    n = draw(st.integers(1, 40))
+    block_size = draw(st.sampled_from([1, 4, 16]))
+    cfg = tiny_config(num_blocks=draw(st.integers(4, 200)), block_size=block_size,
+                      max_seqs=draw(st.integers(1, 8)), budget=draw(st.integers(8, 256)),
+                      max_len=draw(st.integers(16, 400)), roofline=draw(st.booleans()))
+    rate = draw(st.floats(0.5, 500))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    closed = draw(st.booleans())
+    if closed:
+        conc = draw(st.integers(1, 4))
+        client = np.arange(n) % conc
+        arrival = np.where(np.arange(n) < conc, 0.0, np.nan)
+        think = rng.exponential(0.01, n)
+    else:
+        client = np.full(n, -1)
+        arrival = np.cumsum(rng.exponential(1 / rate, n))
+        think = np.zeros(n)
+    req = pd.DataFrame({"arrival_time_s": arrival,
+                        "input_tokens": rng.integers(1, 300, n),
+                        "output_tokens": rng.integers(1, 120, n),
+                        "client": client.astype(np.int64), "think_time_s": think})
+    return cfg, req
+
+
+def check_invariants(cfg, rec):
+    req, tl = rec.requests, rec.timeline
+    # conservation: every request ends completed or rejected with a reason, never missing
+    assert set(req["status"]) <= {"completed", "rejected"}
+    rej = req[req["status"] == "rejected"]
+    assert (rej["reject_reason"] != "").all()
+    done = req[req["status"] == "completed"]
+    assert (done["generated_tokens"] == done["output_tokens"]).all()
+    # a request is rejected exactly when it can never be served
+    max_len = cfg.scheduler.max_model_len
+    never = (req["input_tokens"] + req["output_tokens"] > max_len) | (
+        -(-(req["input_tokens"] + req["output_tokens"] - 1) // cfg.kv_cache.block_size)
+        > rec.meta["num_gpu_blocks"])
+    assert (never == (req["status"] == "rejected")).all()
+    # timestamps are ordered per request
+    assert (done["first_scheduled_s"] >= done["arrival_s"]).all()
+    assert (done["first_token_s"] >= done["first_scheduled_s"]).all()
+    assert (done["completion_s"] >= done["first_token_s"]).all()
+    # KV blocks stay within [0, capacity]; batch and budget limits hold
+    if len(tl):
+        assert tl["kv_blocks_used"].between(0, rec.meta["num_gpu_blocks"]).all()
+        assert (tl["batch_size"] <= cfg.scheduler.max_num_seqs).all()
+        assert (tl["scheduled_tokens"] <= cfg.scheduler.max_num_batched_tokens).all()
+        assert (tl["scheduled_tokens"] >= tl["batch_size"]).all()
+        assert (np.diff(tl["time_s"]) >= 0).all()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario())
+def test_conservation_and_accounting(case):
+    cfg, req = case
+    check_invariants(cfg, simulate(cfg, req))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario())
+def test_fast_forward_equals_stepping(case):
+    """Fast-forwarded decode gives the same timestamps and ITL samples as single steps."""
+    cfg, req = case
+    a = simulate(cfg, req, keep_itl_samples=True)
+    cfg.fast_forward = False
+    b = simulate(cfg, req, keep_itl_samples=True)
+    cols = ["first_scheduled_s", "first_token_s", "completion_s"]
+    np.testing.assert_allclose(a.requests[cols].to_numpy(), b.requests[cols].to_numpy(),
+                               rtol=1e-12, atol=1e-12, equal_nan=True)
+    assert (a.requests["num_preemptions"] == b.requests["num_preemptions"]).all()
+    np.testing.assert_allclose(np.sort(a.itl.samples()), np.sort(b.itl.samples()),
+                               rtol=1e-9, atol=1e-12)
+    ta, tb = a.timeline, b.timeline
+    assert len(ta) == len(tb)
+    np.testing.assert_allclose(ta.drop(columns="bound").to_numpy(float),
+                               tb.drop(columns="bound").to_numpy(float), rtol=1e-9, atol=1e-12)
+
+
+def test_preemption_happens_and_is_counted():
+    """A cache far too small for the offered load forces recompute preemptions."""
+    cfg = tiny_config(num_blocks=20, block_size=4, max_seqs=8, budget=256, max_len=400,
+                      roofline=False)
+    n = 12
+    req = pd.DataFrame({"arrival_time_s": np.zeros(n), "input_tokens": np.full(n, 20),
+                        "output_tokens": np.full(n, 40), "client": np.full(n, -1),
+                        "think_time_s": np.zeros(n)})
+    rec = simulate(cfg, req)
+    check_invariants(cfg, rec)
+    assert rec.requests["num_preemptions"].sum() > 0
+    assert (rec.requests["status"] == "completed").all()
