@@ -4,33 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from analysis.metrics import per_request_latencies  # noqa: E402
-from sim.cost.base import BOUNDS  # noqa: E402
-from sim.records import Records  # noqa: E402
+from analysis.metrics import per_request_latencies
+from sim.cost.base import BOUNDS
+from sim.records import Records
 
 MAX_POINTS = 2000
 
 
-def _binned(tl: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Time-weighted means of timeline columns over at most MAX_POINTS time bins."""
-    if len(tl) <= MAX_POINTS:
+def _binned(tl: pd.DataFrame, columns: list[str], points: int = MAX_POINTS) -> pd.DataFrame:
+    """Time-weighted means of timeline columns over at most ``points`` time bins."""
+    if len(tl) <= points:
         return tl
-    edges = np.linspace(tl["time_s"].iloc[0], tl["time_s"].iloc[-1], MAX_POINTS + 1)
-    b = np.clip(np.searchsorted(edges, tl["time_s"], side="right") - 1, 0, MAX_POINTS - 1)
+    edges = np.linspace(tl["time_s"].iloc[0], tl["time_s"].iloc[-1], points + 1)
+    b = np.clip(np.searchsorted(edges, tl["time_s"], side="right") - 1, 0, points - 1)
     w = tl["step_time_s"].to_numpy()
     out = {"time_s": (edges[:-1] + edges[1:]) / 2}
-    wsum = np.bincount(b, weights=w, minlength=MAX_POINTS)
+    wsum = np.bincount(b, weights=w, minlength=points)
     keep = wsum > 0
     for c in columns:
-        sums = np.bincount(b, weights=tl[c].to_numpy(float) * w, minlength=MAX_POINTS)
+        sums = np.bincount(b, weights=tl[c].to_numpy(float) * w, minlength=points)
         out[c] = np.divide(sums, wsum, out=np.zeros_like(sums), where=keep)
     return pd.DataFrame(out)[keep]
 
@@ -38,18 +36,19 @@ def _binned(tl: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 def plot_latency_ecdfs(records: Records, path: Path) -> None:
     """ECDFs of TTFT and TPOT over completed requests."""
     lat = per_request_latencies(records.requests)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
     for ax, col, title in ((axes[0], "ttft_ms", "TTFT"), (axes[1], "tpot_ms", "TPOT")):
         data = lat[col].dropna()
         if len(data):
             sns.ecdfplot(x=data, ax=ax)
             if data.min() > 0 and data.max() / data.min() > 20:
                 ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{title} (ms)")
         ax.set_title(f"{title} ECDF")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def plot_timeline(records: Records, path: Path) -> None:
@@ -58,7 +57,8 @@ def plot_timeline(records: Records, path: Path) -> None:
     blocks = records.meta.get("num_gpu_blocks") or 1
     tl["kv_usage_pct"] = tl["kv_blocks_used"] / blocks * 100
     tl = _binned(tl, ["batch_size", "kv_usage_pct", "queue_length"])
-    fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True)
+    fig = Figure(figsize=(10, 7))
+    axes = fig.subplots(3, 1, sharex=True)
     for ax, col, label in ((axes[0], "batch_size", "batch size (seqs)"),
                            (axes[1], "kv_usage_pct", "KV cache used (%)"),
                            (axes[2], "queue_length", "waiting requests")):
@@ -68,20 +68,21 @@ def plot_timeline(records: Records, path: Path) -> None:
     axes[2].set_xlabel("simulated time (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def plot_bound_share(records: Records, path: Path) -> None:
     """Share of step time bound by compute, memory, communication and host, over time."""
     tl = records.timeline
     cols = [f"{b}_s" for b in BOUNDS]
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 3]})
+    fig = Figure(figsize=(11, 4))
+    ax0, ax1 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 3]})
     totals = tl[cols].sum()
     share = totals / totals.sum() if totals.sum() else totals
     sns.barplot(x=list(BOUNDS), y=share.to_numpy() * 100, ax=ax0, hue=list(BOUNDS), legend=False)
     ax0.set_ylabel("share of step time (%)")
     ax0.set_title("whole run")
-    b = _binned(tl.assign(**{c: tl[c] / tl["step_time_s"] for c in cols}), cols)
+    ax0.tick_params(axis="x", labelsize=8)
+    b = _binned(tl.assign(**{c: tl[c] / tl["step_time_s"] for c in cols}), cols, points=200)
     ax1.stackplot(b["time_s"], *(b[c] * 100 for c in cols), labels=list(BOUNDS))
     ax1.set_ylim(0, 100)
     ax1.set_xlabel("simulated time (s)")
@@ -90,7 +91,6 @@ def plot_bound_share(records: Records, path: Path) -> None:
     ax1.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def write_plots(records: Records, outdir: Path) -> list[Path]:

@@ -42,7 +42,7 @@ def test_compose_check_and_build(name, monkeypatch):
 
 def test_chat_is_the_sharegpt_fit():
     chat = OmegaConf.load(CONF / "workload" / "chat.yaml")
-    assert chat.arrival == "poisson" and chat.rate == 10.0 and chat.num_requests == 2000
+    assert chat.arrival == "poisson" and chat.rate == 5.0 and chat.num_requests == 2000
     assert chat.input.dist == chat.output.dist == "lognormal"
     assert chat.input.mu == pytest.approx(11.11, abs=0.01)
     assert chat.output.sigma == pytest.approx(2.39, abs=0.01)

@@ -1,0 +1,109 @@
+"""Speed and memory of the default chat workload on one replica near saturation.
+
+    python benchmarks/bench_default.py [--sizes 10000 30000 100000] [--load 0.8]
+
+1. Finds the sustainable rate of one replica (Llama-3.1-8B, H100, vLLM scheduler, chat
+   lengths) as the request throughput of a saturated closed loop (1024 clients).
+2. Runs the open-loop Poisson chat workload at ``load`` × that rate for each size, each in a
+   fresh process, and reports wall time of building the requests and simulating, simulated
+   requests per wall second, and peak resident memory of that process.
+3. Fits the exponent b of time ∝ N^b (1 = linear).
+
+Results go to stdout and ``benchmarks/results/bench_default.json``. Not a test: timings
+depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+HERE = Path(__file__).resolve().parent
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    import sim.app  # noqa: F401  (registers the schemas)
+
+    with initialize_config_module("conf", version_base=None):
+        return hydra_compose("config", overrides=overrides)
+
+
+def run_once(overrides: list[str], seed: int = 0) -> dict:
+    """Build requests and simulate; wall times and the summary."""
+    from analysis.metrics import summarize
+    from scenarios import build_requests
+    from sim import simulate
+
+    cfg = compose(overrides + [f"seed={seed}"])
+    t0 = time.perf_counter()
+    a, b = np.random.SeedSequence(seed).spawn(2)
+    req = build_requests(cfg.workload, np.random.default_rng(a), np.random.default_rng(b))
+    t1 = time.perf_counter()
+    rec = simulate(cfg, req)
+    t2 = time.perf_counter()
+    s = summarize(rec, cfg.slo)
+    return {"build_s": t1 - t0, "simulate_s": t2 - t1, "steps": len(rec.timeline),
+            "completed": s["completed"], "request_throughput": s["request_throughput"],
+            "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": s["median_tpot_ms"],
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def sustainable_rate() -> float:
+    """Request throughput of one replica kept saturated by a 1024-client closed loop."""
+    r = run_once(["workload=closed_loop", "workload.concurrency=1024",
+                  "workload.num_requests=8000"])
+    return r["request_throughput"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
+    ap.add_argument("--load", type=float, default=0.8)
+    ap.add_argument("--child", nargs=2, metavar=("N", "RATE"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        n, rate = int(a.child[0]), float(a.child[1])
+        print(json.dumps(run_once(["workload=chat", f"workload.rate={rate}",
+                                   f"workload.num_requests={n}"])))
+        return 0
+    cap = sustainable_rate()
+    rate = round(a.load * cap, 3)
+    print(f"sustainable rate {cap:.2f} req/s; benchmarking at {a.load:.0%} = {rate} req/s")
+    rows = []
+    for n in a.sizes:
+        out = subprocess.run([sys.executable, __file__, "--child", str(n), str(rate)],
+                             check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        r.update(num_requests=n, requests_per_wall_s=n / (r["build_s"] + r["simulate_s"]))
+        rows.append(r)
+        print(f"{n:>8} requests: simulate {r['simulate_s']:6.1f} s + build {r['build_s']:.1f} s, "
+              f"{r['requests_per_wall_s']:7.0f} req/s, {r['steps']:>8} steps, "
+              f"peak RSS {r['peak_rss_mb']:6.0f} MB, achieved {r['request_throughput']:.2f} "
+              f"req/s, median TTFT {r['median_ttft_ms']:.0f} ms, TPOT {r['median_tpot_ms']:.1f}"
+              " ms")
+    fit = stats.linregress(np.log([r["num_requests"] for r in rows]),
+                           np.log([r["simulate_s"] for r in rows])) if len(rows) > 1 else None
+    if fit is not None:
+        print(f"time ∝ N^{fit.slope:.3f} (1.0 = linear)")
+    doc = {"machine": f"{platform.processor() or platform.machine()}, {platform.python_version()}",
+           "sustainable_rate": cap, "rate": rate, "load": a.load, "runs": rows,
+           "time_exponent": None if fit is None else fit.slope}
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "bench_default.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
