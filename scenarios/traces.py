@@ -100,7 +100,7 @@ def read_trace(path: str, field: str = FIELD) -> pd.DataFrame:
             field,
             path,
             f"arrival_time_s is not sorted: {_row(i)} is "
-            f"{arrival[i]!r}, before the previous row's {arrival[i - 1]!r}",
+            f"{float(arrival[i])!r}, before the previous row's {float(arrival[i - 1])!r}",
         )
     out = pd.DataFrame(
         {

@@ -50,8 +50,10 @@ def build_cost_model(cfg) -> CostModel:
     c = cfg.cost_model
     if c.name == "constant":
         return ConstantCostModel(c.step_time_ms * 1e-3)
-    name = cfg.hardware.calibration if c.calibration == "auto" else c.calibration
-    eff, _ = load_efficiency(name)
+    if c.calibration == "auto":
+        eff, _ = load_efficiency(cfg.hardware.calibration, "hardware.calibration")
+    else:
+        eff, _ = load_efficiency(c.calibration, "cost_model.calibration")
     return RooflineCostModel(cfg.model, cfg.hardware, cfg.cluster.tensor_parallel_size,
                              kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,
                              c.host_overhead_ms * 1e-3, c.host_overhead_per_seq_us * 1e-6)

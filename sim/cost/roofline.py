@@ -33,11 +33,12 @@ from sim.errors import ConfigError
 ELEMENTWISE_KERNELS_PER_LAYER = 4  # add+norm ×2, rotary, SiLU·mul
 
 
-def load_efficiency(name: str) -> tuple[Efficiency, dict]:
-    """Read ``sim/cost/calibrated/<name>.json`` (written by ``calibration.fit_roofline``)."""
+def load_efficiency(name: str, field: str = "hardware.calibration") -> tuple[Efficiency, dict]:
+    """Read ``sim/cost/calibrated/<name>.json`` (written by ``calibration.fit_roofline``);
+    ``field`` is the config key the name came from, for the error message."""
     path = resources.files("sim.cost") / "calibrated" / f"{name}.json"
     if not path.is_file():
-        raise ConfigError("hardware.calibration", name,
+        raise ConfigError(field, name,
                           "no calibrated efficiency file of that name in sim/cost/calibrated/")
     doc = json.loads(path.read_text())
     return Efficiency.from_dict(doc["parameters"]), doc
