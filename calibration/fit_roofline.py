@@ -62,7 +62,9 @@ def error_report(pred: np.ndarray, meas: np.ndarray) -> dict:
     }
 
 
-def _fit(predict, x0, lower, upper, meas, train):
+def _fit(predict, x0, lower, upper, meas, hold):
+    """Least squares in log space on the rows not held out; parameters and error report."""
+    train = ~hold
     res = least_squares(
         lambda p: np.log(predict(p)[train] / meas[train]),
         x0,
@@ -70,7 +72,11 @@ def _fit(predict, x0, lower, upper, meas, train):
         x_scale="jac",
         max_nfev=2000,
     )
-    return res.x
+    pred = predict(res.x)
+    return res.x, {
+        "train": error_report(pred[train], meas[train]),
+        "held_out": error_report(pred[hold], meas[hold]),
+    }
 
 
 def fit_gemm(df: pd.DataFrame, peak_flops: float, peak_bw: float, in_bytes: float):
@@ -89,19 +95,15 @@ def fit_gemm(df: pd.DataFrame, peak_flops: float, peak_bw: float, in_bytes: floa
         )[0]
 
     hold = held_out_mask(df, ["n", "k"])
-    p = _fit(
+    p, err = _fit(
         predict,
         [0.8, 64, 64, 64, 0.8, 5],
         [0.05, 0, 0, 0, 0.05, 0],
         [1.0, 1e5, 1e5, 1e5, 1.0, 100],
         meas,
-        ~hold,
+        hold,
     )
-    pred = predict(p)
-    return params(p), {
-        "train": error_report(pred[~hold], meas[~hold]),
-        "held_out": error_report(pred[hold], meas[hold]),
-    }
+    return params(p), err
 
 
 def fit_attention_prefill(df: pd.DataFrame, peak_flops: float, peak_bw: float):
@@ -122,12 +124,8 @@ def fit_attention_prefill(df: pd.DataFrame, peak_flops: float, peak_bw: float):
         )[0]
 
     hold = held_out_mask(df, ["num_heads", "num_key_value_heads", "head_dim"])
-    p = _fit(predict, [0.6, 128, 0.6, 5], [0.01, 0, 0.01, 0], [1.0, 1e5, 1.0, 200], meas, ~hold)
-    pred = predict(p)
-    return params(p), {
-        "train": error_report(pred[~hold], meas[~hold]),
-        "held_out": error_report(pred[hold], meas[hold]),
-    }
+    p, err = _fit(predict, [0.6, 128, 0.6, 5], [0.01, 0, 0.01, 0], [1.0, 1e5, 1.0, 200], meas, hold)
+    return params(p), err
 
 
 def fit_attention_decode(df: pd.DataFrame, peak_flops: float, peak_bw: float):
@@ -147,12 +145,8 @@ def fit_attention_decode(df: pd.DataFrame, peak_flops: float, peak_bw: float):
         )[0]
 
     hold = held_out_mask(df, ["num_heads", "num_key_value_heads", "head_dim"])
-    p = _fit(predict, [0.3, 0.6, 5], [0.01, 0.01, 0], [1.0, 1.0, 200], meas, ~hold)
-    pred = predict(p)
-    return params(p), {
-        "train": error_report(pred[~hold], meas[~hold]),
-        "held_out": error_report(pred[hold], meas[hold]),
-    }
+    p, err = _fit(predict, [0.3, 0.6, 5], [0.01, 0.01, 0], [1.0, 1.0, 200], meas, hold)
+    return params(p), err
 
 
 def fit_allreduce(df: pd.DataFrame, link_bw: float):
@@ -165,12 +159,8 @@ def fit_allreduce(df: pd.DataFrame, link_bw: float):
         return allreduce_time(nbytes, gpus, link_bw, p[0], p[1] * 1e-6)
 
     hold = held_out_mask(df, ["message_size"])
-    p = _fit(predict, [0.7, 10], [0.01, 0], [1.0, 500], meas, ~hold)
-    pred = predict(p)
-    return (float(p[0]), float(p[1]) * 1e-6), {
-        "train": error_report(pred[~hold], meas[~hold]),
-        "held_out": error_report(pred[hold], meas[hold]),
-    }
+    p, err = _fit(predict, [0.7, 10], [0.01, 0], [1.0, 500], meas, hold)
+    return (float(p[0]), float(p[1]) * 1e-6), err
 
 
 def main(argv: list[str] | None = None) -> int:
