@@ -38,7 +38,7 @@ class ReplicaParts:
 def check_config(cfg) -> None:
     """Every range and cross-field check of the simulator's config groups."""
     check_model(cfg.model)
-    check_hardware(cfg.hardware)
+    check_hardware(cfg.hardware, cfg.model)
     check_scheduler(cfg.scheduler, cfg.model)
     check_kv_cache(cfg.kv_cache)
     check_cluster(cfg.cluster, cfg.model)

@@ -120,10 +120,12 @@ def check_model(m: ModelConfig) -> None:
         raise ConfigError("model.dtype", m.dtype, f"one of {sorted(DTYPE_BYTES)}")
 
 
-def check_hardware(h: HardwareConfig) -> None:
-    """Datasheet peaks must be positive."""
+def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
+    """Datasheet peaks must be positive, and the GPU must run the model's dtype."""
     for f in ("bf16_flops", "hbm_bandwidth", "hbm_bytes", "nvlink_bandwidth", "pcie_bandwidth"):
         _positive(f"hardware.{f}", getattr(h, f))
+    if model.dtype == "fp8" and not h.fp8_flops:
+        raise ConfigError("model.dtype", model.dtype, f"{h.name} has no FP8 tensor cores")
 
 
 def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:

@@ -35,8 +35,13 @@ def parameter_count(m: ModelConfig) -> int:
 
 
 def kv_dtype_bytes(model: ModelConfig, kv: KVCacheConfig) -> int:
-    """Bytes per KV element: the model dtype unless the cache sets its own."""
-    return DTYPE_BYTES[model.dtype if kv.dtype == "auto" else kv.dtype]
+    """Bytes per KV element: the model's activation dtype unless the cache sets its own.
+
+    As vLLM's ``kv_cache_dtype=auto``: FP8 weights still run bf16 activations and KV cache.
+    """
+    if kv.dtype != "auto":
+        return DTYPE_BYTES[kv.dtype]
+    return DTYPE_BYTES["bfloat16" if model.dtype == "fp8" else model.dtype]
 
 
 def kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int) -> int:
