@@ -143,6 +143,12 @@ def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:
             raise ConfigError("scheduler.max_model_len", s.max_model_len,
                               f"must be <= model.max_position_embeddings="
                               f"{model.max_position_embeddings}")
+    max_len = s.max_model_len or model.max_position_embeddings
+    if not s.enable_chunked_prefill and s.max_num_batched_tokens < max_len:
+        # as vLLM: without chunking a whole prompt must fit in one step's budget
+        raise ConfigError("scheduler.max_num_batched_tokens", s.max_num_batched_tokens,
+                          f"must be >= max_model_len={max_len} when enable_chunked_prefill "
+                          "is false")
 
 
 def check_kv_cache(k: KVCacheConfig) -> None:

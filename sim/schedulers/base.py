@@ -102,9 +102,15 @@ class TokenBudgetScheduler:
         waiting request that could not be admitted now cannot be admitted later either
         (sequence slots and token budget stay the same, free blocks only shrink).
         """
-        return (not self.preempted_in_last_step and len(batch.ids) == len(self.running)
-                and batch.num_prefill_tokens == 0
-                and self.table.generated[batch.ids].min() > 0)  # not a 1-token last chunk
+        if self.preempted_in_last_step or len(batch.ids) != len(self.running):
+            return False
+        if batch.num_prefill_tokens:
+            return False
+        t, ids = self.table, batch.ids
+        # every sequence is one token short of all it knows (so each step samples a token),
+        # and has sampled before (a prompt's 1-token last chunk would be its first token)
+        return bool((t.num_tokens[ids] - batch.context_tokens == 1).all()
+                    and t.generated[ids].min() > 0)
 
     def block_growth(self, batch: Batch, k: int) -> np.ndarray:
         """Extra KV blocks held after each of ``k`` decode steps (0 for the first, which

@@ -29,10 +29,14 @@ TINY = ModelConfig(name="tiny", num_hidden_layers=2, hidden_size=64, num_attenti
 
 
 def tiny_config(num_blocks: int, block_size: int, max_seqs: int, budget: int, max_len: int,
-                roofline: bool, fast_forward: bool = True) -> SimpleNamespace:
+                roofline: bool, fast_forward: bool = True, chunked: bool = True,
+                threshold: int = 0) -> SimpleNamespace:
     """A tiny model on a GPU sized so that the KV cache has exactly ``num_blocks`` blocks."""
+    if not chunked:
+        budget = max(budget, max_len)
     sched = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
-                            max_model_len=max_len)
+                            max_model_len=max_len, enable_chunked_prefill=chunked,
+                            long_prefill_token_threshold=threshold)
     kv = KVCacheConfig(block_size=block_size, gpu_memory_utilization=1.0, other_memory_gib=0.0)
     need = (parameter_count(TINY) * 2 + activation_peak_bytes(TINY, sched, 1)
             + num_blocks * block_size * kv_bytes_per_token(TINY, kv, 1))
@@ -49,7 +53,9 @@ def scenario(draw):
     block_size = draw(st.sampled_from([1, 4, 16]))
     cfg = tiny_config(num_blocks=draw(st.integers(4, 200)), block_size=block_size,
                       max_seqs=draw(st.integers(1, 8)), budget=draw(st.integers(8, 256)),
-                      max_len=draw(st.integers(16, 400)), roofline=draw(st.booleans()))
+                      max_len=draw(st.integers(16, 400)), roofline=draw(st.booleans()),
+                      chunked=draw(st.booleans()),
+                      threshold=draw(st.sampled_from([0, 0, 1, 7, 64])))
     rate = draw(st.floats(0.5, 500))
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     closed = draw(st.booleans())
