@@ -41,7 +41,7 @@ def check_config(cfg) -> None:
     check_hardware(cfg.hardware, cfg.model)
     check_scheduler(cfg.scheduler, cfg.model)
     check_kv_cache(cfg.kv_cache)
-    check_cluster(cfg.cluster, cfg.model)
+    check_cluster(cfg.cluster, cfg.model, cfg.hardware)
     check_cost_model(cfg.cost_model)
 
 

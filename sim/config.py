@@ -44,6 +44,7 @@ class HardwareConfig:
     hbm_bytes: float = 0.0
     nvlink_bandwidth: float = 0.0
     pcie_bandwidth: float = 0.0
+    gpus_per_node: int = 8  # GPUs joined by NVLink in one node (the tensor-parallel limit)
     # Name of the calibrated efficiency file in sim/cost/calibrated/ that this GPU uses.
     calibration: str = "h100_sxm"
 
@@ -165,10 +166,13 @@ def check_kv_cache(k: KVCacheConfig) -> None:
         raise ConfigError("kv_cache.other_memory_gib", k.other_memory_gib, "must be >= 0")
 
 
-def check_cluster(c: ClusterConfig, model: ModelConfig) -> None:
-    """Tensor parallelism must split heads evenly."""
+def check_cluster(c: ClusterConfig, model: ModelConfig, hw: HardwareConfig) -> None:
+    """Tensor parallelism must split heads evenly and stay inside one NVLink node."""
     tp = c.tensor_parallel_size
     _positive("cluster.tensor_parallel_size", tp)
+    if tp > hw.gpus_per_node:
+        raise ConfigError("cluster.tensor_parallel_size", tp,
+                          f"must be <= hardware.gpus_per_node={hw.gpus_per_node} (one NVLink node)")
     if model.num_attention_heads % tp:
         raise ConfigError("cluster.tensor_parallel_size", tp,
                           f"must divide model.num_attention_heads={model.num_attention_heads}")

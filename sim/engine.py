@@ -92,15 +92,15 @@ class _Arrivals:
         if self.progress is not None:
             self.progress.update(len(ids))
         for rid in ids:
-            nxt = self.next_of[rid]
+            nxt = int(self.next_of[rid])
             if nxt >= 0:
-                delay = self.think[nxt]
-                if delay > 0:
-                    heapq.heappush(self._delayed, (now + delay, int(nxt)))
-                    self.env.timeout(delay).callbacks.append(
-                        lambda _e, r=int(nxt): self._release_delayed(r))
-                else:
-                    self.release(int(nxt))
+                # Even with no think time the follow-up reaches the server through an event:
+                # the client only learns of the completion after the step, so the follow-up
+                # cannot join the batch the replica forms at this instant.
+                delay = float(self.think[nxt])
+                heapq.heappush(self._delayed, (now + delay, nxt))
+                self.env.timeout(delay).callbacks.append(
+                    lambda _e, r=nxt: self._release_delayed(r))
 
 
 def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool = False) -> Records:

@@ -2,6 +2,8 @@
 
 A request holding ``t`` tokens in the cache needs ``ceil(t / block_size)`` blocks. Only counts
 are tracked: which physical block a request holds does not change any cost in this model.
+As in vLLM's ``BlockPool``, one of the ``num_gpu_blocks`` is the reserved null block, so
+``num_gpu_blocks − 1`` can hold tokens.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ class PagedKVCache:
     """Block accounting: allocate for new tokens, free a request, report usage."""
 
     def __init__(self, num_blocks: int, block_size: int, num_requests: int) -> None:
-        self.num_blocks = int(num_blocks)
+        """``num_blocks`` is vLLM's ``num_gpu_blocks`` (null block included)."""
+        self.num_blocks = int(num_blocks) - 1  # usable: all but the null block
         self.block_size = int(block_size)
-        self.free_blocks = int(num_blocks)
+        self.free_blocks = self.num_blocks
         self.held = np.zeros(num_requests, np.int64)
 
     def blocks_for(self, num_tokens):

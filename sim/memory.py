@@ -34,6 +34,21 @@ def parameter_count(m: ModelConfig) -> int:
     return m.num_hidden_layers * per_layer + embed + lm_head + h
 
 
+def weight_bytes_per_gpu(m: ModelConfig, tp: int) -> int:
+    """Weight memory of one GPU of a ``tp``-way replica.
+
+    Attention heads and the MLP are split ``tp`` ways; K/V heads are replicated when there are
+    fewer of them than GPUs. The vocab-parallel embedding and LM head are split too and stay
+    bf16 in FP8 checkpoints; norms are bf16.
+    """
+    h, d = m.hidden_size, m.head_dim
+    q_heads, kv_heads = m.num_attention_heads // tp, max(1, m.num_key_value_heads // tp)
+    linear = h * (q_heads + 2 * kv_heads) * d + q_heads * d * h + 3 * h * m.intermediate_size // tp
+    vocab = (1 if m.tie_word_embeddings else 2) * m.vocab_size * h // tp
+    norms = (2 * m.num_hidden_layers + 1) * h
+    return m.num_hidden_layers * linear * DTYPE_BYTES[m.dtype] + (vocab + norms) * 2
+
+
 def kv_dtype_bytes(model: ModelConfig, kv: KVCacheConfig) -> int:
     """Bytes per KV element: the model's activation dtype unless the cache sets its own.
 
@@ -90,12 +105,12 @@ def memory_budget(
 ) -> MemoryBudget:
     """Size the KV cache of one replica; refuses a model that does not fit."""
     usable = int(hw.hbm_bytes * kv.gpu_memory_utilization)
-    weights = parameter_count(model) * DTYPE_BYTES[model.dtype] // tp
+    weights = weight_bytes_per_gpu(model, tp)
     acts = activation_peak_bytes(model, sched, tp)
     other = int(kv.other_memory_gib * GIB)
     free = usable - weights - acts - other
     block_bytes = kv.block_size * kv_bytes_per_token(model, kv, tp)
-    if free < block_bytes:
+    if free < 2 * block_bytes:  # the null block and at least one usable block
         raise ConfigError(
             "cluster.tensor_parallel_size",
             tp,

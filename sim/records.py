@@ -109,13 +109,18 @@ class LogHistogram:
         return np.concatenate(self._samples) if self._samples else np.empty(0)
 
     def quantile(self, q: float) -> float:
-        """Approximate q-quantile (0..1): the mean of the bin holding that rank."""
+        """q-quantile (0..1) with numpy's linear interpolation between the two ranks around
+        ``(n − 1)·q``, each rank's value taken as the mean of the bin that holds it."""
         n = self.count
         if n == 0:
             return float("nan")
         cum = np.cumsum(self.counts)
-        b = int(np.searchsorted(cum, max(1, math.ceil(q * n)), side="left"))
-        return float(self.sums[b] / self.counts[b])
+        h = (n - 1) * q
+        lo, hi = math.floor(h), math.ceil(h)
+        b_lo, b_hi = np.searchsorted(cum, [lo + 1, hi + 1], side="left")
+        v_lo = self.sums[b_lo] / self.counts[b_lo]
+        v_hi = self.sums[b_hi] / self.counts[b_hi]
+        return float(v_lo + (h - lo) * (v_hi - v_lo))
 
 
 @dataclass

@@ -4,10 +4,12 @@ Per step, per GPU, the operators are: embedding gather; per layer the QKV projec
 causal attention for prefill chunks and for decode tokens over the paged cache, the output
 projection, the gated MLP (gate/up and down GEMMs), the elementwise kernels (two fused
 add+RMSNorms, rotary embedding, SiLU·mul) and, with tensor parallelism, two all-reduces over
-NVLink; then the final norm, the LM head over one position per sequence, the logits
-all-gather and the sampler. Each takes ``max(compute, memory) + launch`` with calibrated
-efficiencies; the step adds a host overhead (scheduling, input preparation) that the GPU
-does not overlap.
+NVLink, and the write of the new tokens' K and V into the paged cache; then the final norm,
+the LM head over one position per sequence, the logits all-gather and the sampler. With FP8
+weights the layer GEMMs run at the FP8 peak while the embedding and LM head stay bf16 (as in
+FP8 checkpoints) and attention computes in bf16. Each takes ``max(compute, memory) + launch``
+with calibrated efficiencies; the step adds a host overhead (scheduling, input preparation)
+that the GPU does not overlap.
 """
 
 from __future__ import annotations
@@ -50,28 +52,31 @@ class RooflineCostModel:
     def __init__(self, model: ModelConfig, hw: HardwareConfig, tp: int, kv_bytes: int,
                  eff: Efficiency, host_overhead_s: float, host_per_seq_s: float) -> None:
         self.model, self.hw, self.tp, self.eff = model, hw, tp, eff
-        self.w_bytes = DTYPE_BYTES[model.dtype]
         self.kv_bytes = kv_bytes
-        if model.dtype == "fp8":
-            if not hw.fp8_flops:
-                raise ConfigError("model.dtype", "fp8", f"{hw.name} has no FP8 tensor cores")
-            self.peak_flops = hw.fp8_flops
-        else:
-            self.peak_flops = hw.bf16_flops
-        if model.dtype not in eff.gemm:
-            raise ConfigError("model.dtype", model.dtype,
-                              f"no calibrated GEMM efficiency; have {sorted(eff.gemm)}")
-        self.gemm_eff = eff.gemm[model.dtype]
+        if model.dtype == "fp8" and not hw.fp8_flops:
+            raise ConfigError("model.dtype", "fp8", f"{hw.name} has no FP8 tensor cores")
+        for dtype in {model.dtype, "bfloat16"}:
+            if dtype not in eff.gemm:
+                raise ConfigError("model.dtype", dtype,
+                                  f"no calibrated GEMM efficiency; have {sorted(eff.gemm)}")
+        # Transformer-layer GEMMs run in the checkpoint's dtype; the LM head (kept in bf16 by
+        # FP8 checkpoints) and attention (the KV cache is read into bf16 math) run in bf16.
+        self.layer_dtype = model.dtype
         self.host_overhead_s, self.host_per_seq_s = host_overhead_s, host_per_seq_s
         self.heads = model.num_attention_heads // tp
         self.kv_heads = max(1, model.num_key_value_heads // tp)
         self._linear_cache: dict[tuple[int, int], tuple[float, float, float, float]] = {}
 
     # ---- operators -------------------------------------------------------------------
-    def _gemm(self, name: str, count: int, m: int, n: int, k: int) -> OperatorCost:
-        f, b = gemm_work(m, n, k, self.w_bytes)
-        e = self.gemm_eff
-        t, cb = roofline(f, b, self.peak_flops, self.hw.hbm_bandwidth, e.compute_eta(m, n, k),
+    def _peak(self, dtype: str) -> float:
+        return self.hw.fp8_flops if dtype == "fp8" else self.hw.bf16_flops
+
+    def _gemm(self, name: str, count: int, m: int, n: int, k: int,
+              dtype: str | None = None) -> OperatorCost:
+        dtype = dtype or self.layer_dtype
+        f, b = gemm_work(m, n, k, DTYPE_BYTES[dtype])
+        e = self.eff.gemm[dtype]
+        t, cb = roofline(f, b, self._peak(dtype), self.hw.hbm_bandwidth, e.compute_eta(m, n, k),
                          e.eta_memory, e.launch_s)
         return OperatorCost(name, count, count * f, count * b, count * float(t),
                             "compute" if cb else "memory")
@@ -101,14 +106,17 @@ class RooflineCostModel:
                 2.0 * T * (8 * h + 2 * (self.heads + self.kv_heads) * d + 3 * inter),
                 ELEMENTWISE_KERNELS_PER_LAYER),
             self._elementwise("final_norm", 1, 2.0 * T * 2 * h, 1),
-            self._gemm("lm_head", 1, S, m.vocab_size // tp, h),
+            self._elementwise("kv_cache_write", L,
+                              T * 2.0 * self.kv_heads * d * (2.0 + self.kv_bytes), 1),
+            self._gemm("lm_head", 1, S, m.vocab_size // tp, h, "bfloat16"),
             self._elementwise("sampler", 1, 2.0 * S * m.vocab_size * 4, 2),
         ]
         if tp > 1:
             ar_bytes = T * h * 2.0
             ar = allreduce_time(ar_bytes, tp, self.hw.nvlink_bandwidth, e.allreduce_eta_link,
                                 e.allreduce_latency_s)
-            ops.append(self._comm("tp_allreduce", 2 * L, float(ar), ar_bytes))
+            # two per layer (attention and MLP outputs) and one of the vocab-parallel embedding
+            ops.append(self._comm("tp_allreduce", 2 * L + 1, float(ar), ar_bytes))
             lg_bytes = S * m.vocab_size * 2.0
             lg = allgather_time(lg_bytes, tp, self.hw.nvlink_bandwidth, e.allreduce_eta_link,
                                 e.allreduce_latency_s)
@@ -118,7 +126,7 @@ class RooflineCostModel:
     def _attention_op(self, name: str, flops: float, nbytes: float, q_per_seq: float,
                       kind) -> OperatorCost:
         L = self.model.num_hidden_layers
-        t, cb = roofline(flops, nbytes, self.peak_flops, self.hw.hbm_bandwidth,
+        t, cb = roofline(flops, nbytes, self.hw.bf16_flops, self.hw.hbm_bandwidth,
                          kind.compute_eta(q_per_seq), kind.eta_memory, kind.launch_s)
         return OperatorCost(name, L, L * flops, L * nbytes, L * float(t),
                             "compute" if cb else "memory")
@@ -129,7 +137,7 @@ class RooflineCostModel:
         f, b = decode_attention_work(ctx_total, num_seqs, self.heads, self.kv_heads,
                                      self.model.head_dim, self.kv_bytes)
         k = self.eff.attention_decode
-        t, cb = roofline(f, b, self.peak_flops, self.hw.hbm_bandwidth, k.compute_eta(1.0),
+        t, cb = roofline(f, b, self.hw.bf16_flops, self.hw.hbm_bandwidth, k.compute_eta(1.0),
                          k.eta_memory, k.launch_s)
         return self.model.num_hidden_layers * t, cb, f, b
 

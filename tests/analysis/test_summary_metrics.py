@@ -46,6 +46,18 @@ def test_goodput_and_attainment():
     assert s["slo_attainment"] == pytest.approx(1 / 3)      # rejected requests count as misses
 
 
+def test_itl_histogram_interpolates_like_numpy():
+    h = LogHistogram()
+    h.add(np.array([0.010, 0.020]))
+    assert h.quantile(0.5) == pytest.approx(0.015)
+    h = LogHistogram()
+    h.add_repeated(np.array([0.012]), 990)
+    h.add_repeated(np.array([0.250]), 10)
+    x = np.concatenate([np.full(990, 0.012), np.full(10, 0.250)])
+    for q in (0.5, 0.9, 0.99, 0.995):
+        assert h.quantile(q) == pytest.approx(np.percentile(x, q * 100), rel=1e-9)
+
+
 def test_itl_histogram_quantiles_are_within_a_tenth_of_a_percent():
     rng = np.random.default_rng(0)
     x = rng.lognormal(np.log(0.02), 0.8, 100_000)

@@ -31,7 +31,7 @@ TINY = ModelConfig(name="tiny", num_hidden_layers=2, hidden_size=64, num_attenti
 def tiny_config(num_blocks: int, block_size: int, max_seqs: int, budget: int, max_len: int,
                 roofline: bool, fast_forward: bool = True, chunked: bool = True,
                 threshold: int = 0) -> SimpleNamespace:
-    """A tiny model on a GPU sized so that the KV cache has exactly ``num_blocks`` blocks."""
+    """A tiny model on a GPU sized so that exactly ``num_blocks`` KV blocks hold tokens."""
     if not chunked:
         budget = max(budget, max_len)
     sched = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
@@ -39,7 +39,7 @@ def tiny_config(num_blocks: int, block_size: int, max_seqs: int, budget: int, ma
                             long_prefill_token_threshold=threshold)
     kv = KVCacheConfig(block_size=block_size, gpu_memory_utilization=1.0, other_memory_gib=0.0)
     need = (parameter_count(TINY) * 2 + activation_peak_bytes(TINY, sched, 1)
-            + num_blocks * block_size * kv_bytes_per_token(TINY, kv, 1))
+            + (num_blocks + 1) * block_size * kv_bytes_per_token(TINY, kv, 1))
     hw = HardwareConfig(name="toy", bf16_flops=1e12, fp8_flops=2e12, hbm_bandwidth=1e11,
                         hbm_bytes=need, nvlink_bandwidth=1e10, pcie_bandwidth=1e10)
     cost = RooflineCostConfig() if roofline else ConstantCostConfig(step_time_ms=7.0)
@@ -87,7 +87,7 @@ def check_invariants(cfg, rec):
     max_len = cfg.scheduler.max_model_len
     never = (req["input_tokens"] + req["output_tokens"] > max_len) | (
         -(-(req["input_tokens"] + req["output_tokens"] - 1) // cfg.kv_cache.block_size)
-        > rec.meta["num_gpu_blocks"])
+        > rec.meta["num_gpu_blocks"] - 1)  # the null block holds no tokens
     assert (never == (req["status"] == "rejected")).all()
     # timestamps are ordered per request
     assert (done["first_scheduled_s"] >= done["arrival_s"]).all()
@@ -95,7 +95,7 @@ def check_invariants(cfg, rec):
     assert (done["completion_s"] >= done["first_token_s"]).all()
     # KV blocks stay within [0, capacity]; batch and budget limits hold
     if len(tl):
-        assert tl["kv_blocks_used"].between(0, rec.meta["num_gpu_blocks"]).all()
+        assert tl["kv_blocks_used"].between(0, rec.meta["num_gpu_blocks"] - 1).all()
         assert (tl["batch_size"] <= cfg.scheduler.max_num_seqs).all()
         assert (tl["scheduled_tokens"] <= cfg.scheduler.max_num_batched_tokens).all()
         assert (tl["scheduled_tokens"] >= tl["batch_size"]).all()
@@ -141,3 +141,15 @@ def test_preemption_happens_and_is_counted():
     check_invariants(cfg, rec)
     assert rec.requests["num_preemptions"].sum() > 0
     assert (rec.requests["status"] == "completed").all()
+
+
+def test_closed_loop_of_rejections_does_not_recurse():
+    """Thousands of back-to-back rejections of one client end cleanly (no recursion)."""
+    cfg = tiny_config(num_blocks=50, block_size=4, max_seqs=4, budget=64, max_len=100,
+                      roofline=False)
+    n = 3000
+    req = pd.DataFrame({"arrival_time_s": np.where(np.arange(n) < 2, 0.0, np.nan),
+                        "input_tokens": np.full(n, 500), "output_tokens": np.full(n, 5),
+                        "client": np.arange(n) % 2, "think_time_s": np.zeros(n)})
+    rec = simulate(cfg, req)
+    assert (rec.requests["status"] == "rejected").all()

@@ -12,7 +12,7 @@ from sim.memory import GIB, kv_bytes_per_token, memory_budget, parameter_count
 
 
 def test_blocks_allocate_and_free():
-    kv = PagedKVCache(num_blocks=10, block_size=16, num_requests=3)
+    kv = PagedKVCache(num_blocks=11, block_size=16, num_requests=3)  # 10 usable + null block
     assert kv.allocate(0, 0, 17) == 2            # 17 tokens → 2 blocks
     assert kv.allocate(0, 17, 15) == 0           # up to 32 tokens still fits in 2 blocks
     assert kv.allocate(0, 32, 1) == 1
@@ -25,7 +25,7 @@ def test_blocks_allocate_and_free():
 
 
 def test_allocate_all_is_all_or_nothing():
-    kv = PagedKVCache(num_blocks=4, block_size=4, num_requests=3)
+    kv = PagedKVCache(num_blocks=5, block_size=4, num_requests=3)  # 4 usable + null block
     ids = np.array([0, 1, 2])
     assert not kv.allocate_all(ids, np.zeros(3, int), np.array([4, 4, 12]))  # needs 5
     assert kv.free_blocks == 4 and kv.held.sum() == 0
@@ -58,3 +58,20 @@ def test_model_that_does_not_fit_names_the_field(compose_cfg):
     with pytest.raises(ConfigError, match="cluster.tensor_parallel_size=1"):
         memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, 1)
     assert memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, 4).num_gpu_blocks > 0
+
+
+def test_fp8_checkpoint_keeps_embeddings_in_bf16(compose_cfg):
+    cfg = plain(compose_cfg("model.dtype=fp8"))
+    b = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, 1)
+    vocab = 2 * 128256 * 4096
+    assert b.weight_bytes == pytest.approx((8_030_261_248 - vocab) * 1 + vocab * 2, rel=1e-3)
+    assert kv_bytes_per_token(cfg.model, cfg.kv_cache, 1) == 131072  # KV cache stays bf16
+
+
+def test_tensor_parallel_stays_in_one_node(compose_cfg):
+    from sim.config import check_cluster
+
+    cfg = plain(compose_cfg("model=llama3_70b"))
+    cfg.cluster.tensor_parallel_size = 16
+    with pytest.raises(ConfigError, match="gpus_per_node=8"):
+        check_cluster(cfg.cluster, cfg.model, cfg.hardware)

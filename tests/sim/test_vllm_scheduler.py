@@ -13,7 +13,7 @@ from sim.state import RequestTable
 
 def make(prompts, outputs, num_blocks=10_000, block_size=16, **sched):
     t = RequestTable(np.zeros(len(prompts)), np.array(prompts), np.array(outputs))
-    kv = PagedKVCache(num_blocks, block_size, len(prompts))
+    kv = PagedKVCache(num_blocks + 1, block_size, len(prompts))  # + vLLM's null block
     s = VllmScheduler(SchedulerConfig(**sched), t, kv, LogHistogram(keep_samples=True))
     for rid in range(len(prompts)):
         s.add_request(rid)
