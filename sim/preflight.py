@@ -32,14 +32,20 @@ def one_line(e: BaseException) -> str:
     return f"{key}: {msg}" if key else msg
 
 
+def compose_or_exit(overrides: list[str]):
+    """The composed config of ``overrides``; one line and exit code 2 if it does not compose."""
+    import sim.app  # noqa: F401  (registers the schemas)
+
+    try:
+        with initialize_config_module("conf", version_base=None):
+            return compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+
+
 def check_overrides(argv: list[str]) -> None:
     """Exit with one line and code 2 if ``argv``'s overrides do not compose."""
     if any(a.startswith("-") for a in argv):
         return  # -m, --help, --cfg, ...: Hydra handles these itself
-    overrides = [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    try:
-        with initialize_config_module("conf", version_base=None):
-            compose("config", overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        sys.exit(2)
+    compose_or_exit([a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))])
