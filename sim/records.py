@@ -31,9 +31,8 @@ class ColumnBuffer:
             a[n] = v
         self._n = n + 1
 
-    def extend(self, *columns) -> None:
-        """Add a block of rows; one array (or scalar, repeated) per column, in order."""
-        k = max((len(c) for c in columns if np.ndim(c)), default=1)
+    def extend(self, k: int, *columns) -> None:
+        """Add ``k`` rows; one array of length k (or a scalar, repeated) per column, in order."""
         while self._n + k > len(next(iter(self._cols.values()))):
             for name, a in self._cols.items():
                 self._cols[name] = np.concatenate([a, np.empty_like(a)])
@@ -66,15 +65,19 @@ class LogHistogram:
         idx = np.floor(np.log(np.maximum(v, self.LOW_S) / self.LOW_S) / self._log_ratio)
         return np.clip(idx, 0, self.NUM_BINS - 1).astype(np.int64)
 
+    def _bin_scalar(self, v: float) -> int:
+        idx = math.floor(math.log(max(v, self.LOW_S) / self.LOW_S) / self._log_ratio)
+        return min(max(idx, 0), self.NUM_BINS - 1)
+
     def add(self, values: np.ndarray) -> None:
         """Add a batch of durations in seconds."""
         if not len(values):
             return
         if self._samples is not None:
             self._samples.append(np.array(values, dtype=np.float64))
-        first = values[0]
+        first = float(values[0])
         if values.min() == values.max():  # the usual decode step: every gap is the same
-            b = int(self._bin(first))
+            b = self._bin_scalar(first)
             self.counts[b] += len(values)
             self.sums[b] += first * len(values)
         else:

@@ -100,7 +100,7 @@ class Replica:
             queue[1:] += np.searchsorted(self._joins, starts[1:], side="right")
             self._joins.clear()
         bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
-        self.timeline.extend(starts, time[:k], n, n, 0, n, queue, used,
+        self.timeline.extend(k, starts, time[:k], n, n, 0, n, queue, used,
                              compute[:k], memory[:k], comm[:k], host[:k], bound)
         done = sched.update_window(batch, ends)
         if len(done):

@@ -90,7 +90,7 @@ class TokenBudgetScheduler:
             t.completion[done] = now
             t.status[done] = FINISHED
             self.kv.free(done)
-            self.running = self.running[~np.isin(self.running, done)]
+            self.running = self.running[t.status[self.running] != FINISHED]
         return done
 
     # ---- fast-forward of decode-only steps --------------------------------------------
