@@ -18,7 +18,7 @@ from sim.config import (
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
 from sim.cost.roofline import load_efficiency
 from sim.kv_cache import PagedKVCache
-from sim.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, memory_budget
+from sim.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, memory_budget, parameter_count
 from sim.records import LogHistogram
 from sim.schedulers import SCHEDULERS, TokenBudgetScheduler
 from sim.state import RequestTable
@@ -77,6 +77,7 @@ def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaP
     scheduler = SCHEDULERS[cfg.scheduler.name](cfg.scheduler, table, kv, itl)
     max_model_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
     meta = {
+        "parameters": parameter_count(cfg.model),
         "num_gpu_blocks": budget.num_gpu_blocks,
         "block_size": budget.block_size,
         "max_concurrent_tokens": budget.max_tokens,

@@ -48,8 +48,8 @@ class _Arrivals:
         self.initial = first[np.argsort(table.arrival[first], kind="stable")]
         self.initial_times = table.arrival[self.initial].copy()
         total = table.prompt + table.max_output
-        self.admissible = (total <= parts.max_model_len) & (
-            parts.kv.blocks_for(total - 1) <= parts.kv.num_blocks)
+        # the last output token is sampled, never cached: total − 1 tokens must fit
+        self.admissible = (total <= parts.max_model_len) & parts.kv.fits_alone(total - 1)
         self._cursor = 0  # index into initial of the next open-loop arrival
         self._delayed: list[tuple[float, int]] = []  # heap of pending (time, id) releases
         env.process(self._open_loop())

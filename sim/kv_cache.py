@@ -25,8 +25,9 @@ class PagedKVCache:
         """Blocks that hold ``num_tokens`` tokens."""
         return -(-num_tokens // self.block_size)
 
-    def fits_alone(self, num_tokens: int) -> bool:
-        """Whether a request of this many tokens could ever fit in an empty cache."""
+    def fits_alone(self, num_tokens):
+        """Whether a request of this many tokens (scalar or array) could ever fit in an empty
+        cache."""
         return self.blocks_for(num_tokens) <= self.num_blocks
 
     def allocate(self, rid: int, num_computed: int, num_new: int) -> int | None:
