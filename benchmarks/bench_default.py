@@ -43,13 +43,12 @@ def compose(overrides: list[str]):
 def run_once(overrides: list[str], seed: int = 0) -> dict:
     """Build requests and simulate; wall times and the summary."""
     from analysis.metrics import summarize
-    from scenarios import build_requests
+    from scenarios import requests_for_seed
     from sim import simulate
 
     cfg = compose(overrides + [f"seed={seed}"])
     t0 = time.perf_counter()
-    a, b = np.random.SeedSequence(seed).spawn(2)
-    req = build_requests(cfg.workload, np.random.default_rng(a), np.random.default_rng(b))
+    req = requests_for_seed(cfg.workload, seed)
     t1 = time.perf_counter()
     rec = simulate(cfg, req)
     t2 = time.perf_counter()

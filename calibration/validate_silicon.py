@@ -47,7 +47,7 @@ import pandas as pd
 
 import sim.app  # noqa: F401  (registers the config schemas with Hydra's ConfigStore)
 from analysis.metrics import per_request_latencies, summarize
-from scenarios import WorkloadError, build_requests
+from scenarios import WorkloadError, requests_for_seed
 from sim import Records, simulate
 from sim.builders import check_config
 from sim.errors import ConfigError
@@ -120,9 +120,7 @@ def steady_state(records: Records) -> pd.DataFrame:
 def simulate_row(cfg) -> dict:
     """Simulate one composed row; steady-state and all-request mean TTFT/TPOT in ms."""
     check_config(cfg)
-    arrivals, lengths = np.random.SeedSequence(int(cfg.seed)).spawn(2)
-    requests = build_requests(cfg.workload, np.random.default_rng(arrivals),
-                              np.random.default_rng(lengths))
+    requests = requests_for_seed(cfg.workload, cfg.seed)
     records = simulate(cfg, requests)
     s = summarize(records)
     lat = steady_state(records)

@@ -6,6 +6,7 @@
 
 from scenarios.config import LengthConfig, WorkloadConfig, check_workload
 from scenarios.errors import WorkloadError
-from scenarios.workload import build_requests
+from scenarios.workload import build_requests, requests_for_seed
 
-__all__ = ["LengthConfig", "WorkloadConfig", "WorkloadError", "build_requests", "check_workload"]
+__all__ = ["LengthConfig", "WorkloadConfig", "WorkloadError", "build_requests", "check_workload",
+           "requests_for_seed"]

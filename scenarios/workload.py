@@ -47,6 +47,14 @@ from scenarios.traces import read_trace, window_trace
 COLUMNS = ("arrival_time_s", "input_tokens", "output_tokens", "client", "think_time_s")
 
 
+def requests_for_seed(workload: Any, seed: int) -> pd.DataFrame:
+    """``build_requests`` with the run's two streams spawned from ``SeedSequence(seed)``
+    (child 0: arrivals, child 1: lengths), as every entry point draws them."""
+    arrivals, lengths = np.random.SeedSequence(int(seed)).spawn(2)
+    return build_requests(workload, np.random.default_rng(arrivals),
+                          np.random.default_rng(lengths))
+
+
 def _trace_rows(w: Any) -> pd.DataFrame:
     path = str(w.trace_path)
     trace = window_trace(

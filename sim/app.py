@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import numpy as np
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig
@@ -24,7 +23,7 @@ from analysis.config import SLOConfig, check_slo
 from analysis.metrics import summarize
 from analysis.plots import write_plots
 from analysis.report import format_summary, write_run
-from scenarios import WorkloadConfig, WorkloadError, build_requests, check_workload
+from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_for_seed
 from sim.builders import check_config
 from sim.config import (
     ClusterConfig,
@@ -100,9 +99,7 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
              "(block_size %d), max concurrent tokens %d", cfg.model.name, tp,
              cfg.hardware.name, b.weight_bytes / GIB, b.kv_cache_bytes / GIB,
              b.num_gpu_blocks, b.block_size, b.max_tokens)
-    arrivals_seed, lengths_seed = np.random.SeedSequence(cfg.seed).spawn(2)
-    requests = build_requests(cfg.workload, np.random.default_rng(arrivals_seed),
-                              np.random.default_rng(lengths_seed))
+    requests = requests_for_seed(cfg.workload, cfg.seed)
     with tqdm(total=len(requests), unit="req", disable=not show_progress, mininterval=0.5,
               desc="simulating") as bar:
         records = simulate(cfg, requests, progress=bar, keep_itl_samples=cfg.keep_itl_samples)

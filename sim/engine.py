@@ -18,7 +18,7 @@ import simpy
 from sim.builders import ReplicaParts, build_replica_parts
 from sim.records import LogHistogram, Records
 from sim.replica import Replica
-from sim.state import REJECT_REASONS, REJECTED, RequestTable
+from sim.state import REJECT_REASONS, REJECTED, TOO_BIG_FOR_CACHE, TOO_LONG, RequestTable
 
 STATUS_NAMES = np.array(["pending", "waiting", "running", "completed", "rejected"])
 
@@ -79,9 +79,9 @@ class _Arrivals:
         if self.admissible[rid]:
             self.replica.submit(rid)
         elif t.prompt[rid] + t.max_output[rid] > p.max_model_len:
-            self._reject(rid, 1)
+            self._reject(rid, TOO_LONG)
         else:
-            self._reject(rid, 2)
+            self._reject(rid, TOO_BIG_FOR_CACHE)
 
     def _reject(self, rid: int, reason: int) -> None:
         self.table.reject(rid, reason, self.env.now)

@@ -14,6 +14,7 @@ import numpy as np
 # status codes
 PENDING, WAITING, RUNNING, FINISHED, REJECTED = range(5)
 REJECT_REASONS = ("", "exceeds_max_model_len", "exceeds_kv_cache")
+TOO_LONG, TOO_BIG_FOR_CACHE = 1, 2  # indices into REJECT_REASONS
 
 
 class RequestTable:

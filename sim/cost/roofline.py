@@ -65,7 +65,7 @@ class RooflineCostModel:
         self.host_overhead_s, self.host_per_seq_s = host_overhead_s, host_per_seq_s
         self.heads = model.num_attention_heads // tp
         self.kv_heads = max(1, model.num_key_value_heads // tp)
-        self._linear_cache: dict[tuple[int, int], tuple[float, float, float, float]] = {}
+        self._linear_cache: dict[tuple[int, int], tuple[float, float, float]] = {}
 
     # ---- operators -------------------------------------------------------------------
     def _peak(self, dtype: str) -> float:
@@ -161,7 +161,7 @@ class RooflineCostModel:
             ops.append(self._prefill_attention(n[~decode], c[~decode]))
         return ops
 
-    def _linear(self, T: int, S: int) -> tuple[float, float, float, float]:
+    def _linear(self, T: int, S: int) -> tuple[float, float, float]:
         key = (T, S)
         lin = self._linear_cache.get(key)
         if lin is None:
@@ -187,7 +187,7 @@ class RooflineCostModel:
         lin = self._linear(T, S)
         att = _split(self._attention_ops(new_tokens, context_tokens))
         host = self.host_overhead_s + self.host_per_seq_s * S
-        compute, memory, comm = lin[1] + att[1], lin[2] + att[2], lin[3] + att[3]
+        compute, memory, comm = lin[0] + att[0], lin[1] + att[1], lin[2] + att[2]
         return StepCost(compute + memory + comm + host, compute, memory, comm, host)
 
     def decode_window(self, context_tokens: np.ndarray, k: int):
@@ -202,15 +202,15 @@ class RooflineCostModel:
         ctx = float(context_tokens.sum()) + S * np.arange(k, dtype=np.float64)
         att, cb, _, _ = self.decode_attention(ctx, S)
         host = np.full(k, self.host_overhead_s + self.host_per_seq_s * S)
-        compute = lin[1] + np.where(cb, att, 0.0)
-        memory = lin[2] + np.where(cb, 0.0, att)
-        comm = np.full(k, lin[3])
+        compute = lin[0] + np.where(cb, att, 0.0)
+        memory = lin[1] + np.where(cb, 0.0, att)
+        comm = np.full(k, lin[2])
         return compute + memory + comm + host, compute, memory, comm, host
 
 
-def _split(ops: list[OperatorCost]) -> tuple[float, float, float, float]:
-    """(total, compute-bound, memory-bound, comm) time of a list of operators."""
+def _split(ops: list[OperatorCost]) -> tuple[float, float, float]:
+    """(compute-bound, memory-bound, comm) time of a list of operators."""
     parts = {"compute": 0.0, "memory": 0.0, "comm": 0.0}
     for op in ops:
         parts[op.bound] += op.time_s
-    return (sum(parts.values()), parts["compute"], parts["memory"], parts["comm"])
+    return parts["compute"], parts["memory"], parts["comm"]

@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import sim.app  # noqa: F401  (registers the config schemas)
-from scenarios import build_requests
+from scenarios import requests_for_seed
 
 
 @pytest.fixture
@@ -23,8 +23,7 @@ def compose_cfg():
 
 
 def _requests_for(cfg, seed: int = 0) -> pd.DataFrame:
-    a, b = np.random.SeedSequence(seed).spawn(2)
-    return build_requests(cfg.workload, np.random.default_rng(a), np.random.default_rng(b))
+    return requests_for_seed(cfg.workload, seed)
 
 
 def _open_loop(arrivals, inputs, outputs) -> pd.DataFrame:
