@@ -1,7 +1,7 @@
 """Fit the roofline's efficiency parameters (η and launch latencies) to measured op timings.
 
     python -m calibration.fit_roofline --data ../shared/data/aiconfigurator/h100_sxm \
-        --hardware h100_sxm --framework vllm --out sim/cost/calibrated/h100_sxm.json
+        --hardware h100_sxm --framework vllm --out sim/cost/calibrated/h100_sxm/vllm.yaml
 
 Each operator kind is fitted with scipy.optimize.least_squares on log(predicted/measured),
 using the same work formulas (``sim.cost.operators``) the simulator evaluates. One fifth of
@@ -12,13 +12,13 @@ fit, and the error is reported on those rows.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from omegaconf import OmegaConf
 from scipy.optimize import least_squares
 
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     ar, path = load_table(a.data, "comm", a.framework, "custom_allreduce_perf")
     sources["allreduce"] = str(path.relative_to(a.data))
     (eta_link, lat), errors["allreduce"] = fit_allreduce(ar, float(hw.nvlink_bandwidth))
-    params["allreduce_eta_link"], params["allreduce_latency_s"] = eta_link, lat
+    params["comm"] = {"allreduce": {"eta_link": eta_link, "latency_s": lat}}
 
     # No elementwise table is measured: norms/activations/sampling borrow the GEMM memory
     # efficiency and launch latency (an assumption, stated in the file).
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     doc = {
         "hardware": a.hardware,
-        "framework": a.framework,
+        "backend": a.framework,
         "fitted_on": str(date.today()),
         "command": "python -m calibration.fit_roofline "
         + " ".join(
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "errors": errors,
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(doc, indent=2) + "\n")
+    a.out.write_text(yaml.safe_dump(doc, sort_keys=False))
     for name, err in errors.items():
         print(
             f"{name:18s} train {err['train']['median_ape_pct']:6.2f}%  held-out median "

@@ -26,6 +26,7 @@ from analysis.report import format_summary, write_run
 from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_for_seed
 from sim.builders import check_config
 from sim.config import (
+    BackendConfig,
     ClusterConfig,
     ConstantCostConfig,
     HardwareConfig,
@@ -48,6 +49,7 @@ class Config:
     defaults: list[Any] = field(default_factory=list)
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
+    backend: BackendConfig = MISSING
     scheduler: SchedulerConfig = MISSING
     kv_cache: KVCacheConfig = MISSING
     cluster: ClusterConfig = MISSING
@@ -67,6 +69,7 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     for group, name, node in (
         ("model", "base_model", ModelConfig), ("hardware", "base_hardware", HardwareConfig),
+        ("backend", "base_backend", BackendConfig),
         ("scheduler", "base_scheduler", SchedulerConfig),
         ("kv_cache", "base_kv_cache", KVCacheConfig), ("cluster", "base_cluster", ClusterConfig),
         ("workload", "base_workload", WorkloadConfig), ("slo", "base_slo", SLOConfig),
@@ -105,6 +108,7 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
         records = simulate(cfg, requests, progress=bar, keep_itl_samples=cfg.keep_itl_samples)
     summary = summarize(records, cfg.slo)
     summary.update({"model": cfg.model.name, "hardware": cfg.hardware.name,
+                    "backend": cfg.backend.name,
                     "scheduler": cfg.scheduler.name, "workload": cfg.workload.name,
                     "seed": cfg.seed, "sim_time_s": records.meta["sim_time_s"]})
     write_run(records, summary, outdir)

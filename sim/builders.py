@@ -8,15 +8,17 @@ from types import SimpleNamespace
 from omegaconf import DictConfig, OmegaConf
 
 from sim.config import (
+    check_backend,
     check_cluster,
     check_cost_model,
     check_hardware,
     check_kv_cache,
     check_model,
+    check_parallelism,
     check_scheduler,
 )
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
-from sim.cost.roofline import load_efficiency
+from sim.cost.roofline import load_calibration
 from sim.kv_cache import PagedKVCache
 from sim.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, memory_budget, parameter_count
 from sim.records import LogHistogram
@@ -41,7 +43,9 @@ def check_config(cfg) -> None:
     check_hardware(cfg.hardware, cfg.model)
     check_scheduler(cfg.scheduler, cfg.model)
     check_kv_cache(cfg.kv_cache)
-    check_cluster(cfg.cluster, cfg.model, cfg.hardware)
+    check_parallelism(cfg.cluster, cfg.model, cfg.hardware)
+    check_cluster(cfg.cluster)
+    check_backend(cfg.backend)
     check_cost_model(cfg.cost_model)
 
 
@@ -51,17 +55,20 @@ def build_cost_model(cfg) -> CostModel:
     if c.name == "constant":
         return ConstantCostModel(c.step_time_ms * 1e-3)
     if c.calibration == "auto":
-        eff, _ = load_efficiency(cfg.hardware.calibration, "hardware.calibration")
+        eff, doc = load_calibration(cfg.hardware.calibration, cfg.backend.name)
     else:
-        eff, _ = load_efficiency(c.calibration, "cost_model.calibration")
+        eff, doc = load_calibration(c.calibration, cfg.backend.name, "cost_model.calibration")
+    host_ms = doc["host"]["overhead_ms"] if c.host_overhead_ms is None else c.host_overhead_ms
+    per_seq_us = (doc["host"]["per_seq_us"] if c.host_overhead_per_seq_us is None
+                  else c.host_overhead_per_seq_us)
     return RooflineCostModel(cfg.model, cfg.hardware, cfg.cluster.tensor_parallel_size,
                              kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,
-                             c.host_overhead_ms * 1e-3, c.host_overhead_per_seq_us * 1e-6)
+                             host_ms * 1e-3, per_seq_us * 1e-6)
 
 
 def plain(cfg) -> SimpleNamespace:
     """The config groups the simulator reads, as plain dataclasses (fast attribute access)."""
-    groups = ("model", "hardware", "scheduler", "kv_cache", "cluster", "cost_model")
+    groups = ("model", "hardware", "backend", "scheduler", "kv_cache", "cluster", "cost_model")
     return SimpleNamespace(**{
         g: OmegaConf.to_object(getattr(cfg, g)) if isinstance(getattr(cfg, g), DictConfig)
         else getattr(cfg, g) for g in groups})

@@ -3,7 +3,8 @@
 It takes the composed config and a request table (the contract of ``scenarios.build_requests``:
 columns ``arrival_time_s, input_tokens, output_tokens, client, think_time_s``; closed-loop
 follow-ups have a NaN arrival and are released ``think_time_s`` after the same client's previous
-request ends) and returns ``Records``. It imports neither scenario readers nor analysis.
+request ends; optional columns ``priority``, ``ttft_slo_ms`` and ``request_class`` carry request
+classes) and returns ``Records``. It imports neither scenario readers nor analysis.
 """
 
 from __future__ import annotations
@@ -109,9 +110,13 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
     ``cfg`` is the composed config (model, hardware, scheduler, kv_cache, cluster, cost_model);
     ``progress`` is an optional tqdm-like object updated by completed request counts.
     """
+    ttft_slo = requests["ttft_slo_ms"].to_numpy() * 1e-3 if "ttft_slo_ms" in requests else None
     table = RequestTable(requests["arrival_time_s"].to_numpy(),
                          requests["input_tokens"].to_numpy(),
-                         requests["output_tokens"].to_numpy())
+                         requests["output_tokens"].to_numpy(),
+                         priority=requests["priority"].to_numpy() if "priority" in requests
+                         else None,
+                         ttft_slo_s=ttft_slo)
     client = requests["client"].to_numpy(np.int64)
     think = requests["think_time_s"].to_numpy(np.float64)
     env = simpy.Environment()
@@ -121,7 +126,10 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
                       fast_forward=bool(getattr(cfg, "fast_forward", True)))
     _Arrivals(env, table, replica, parts, client, think, progress)
     env.run()
-    return Records(_request_frame(table, client), replica.timeline.to_frame(), itl,
+    frame = _request_frame(table, client)
+    if "request_class" in requests:
+        frame.insert(2, "request_class", requests["request_class"].to_numpy())
+    return Records(frame, replica.timeline.to_frame(), itl,
                    dict(parts.meta, sim_time_s=float(env.now)))
 
 
@@ -139,6 +147,7 @@ def _request_frame(t: RequestTable, client: np.ndarray) -> pd.DataFrame:
         "output_tokens": t.max_output,
         "generated_tokens": t.generated,
         "num_preemptions": t.preemptions,
+        "priority": t.priority,
         "status": status,
         "reject_reason": np.where(t.status == REJECTED,
                                   np.array(REJECT_REASONS)[t.reject_reason], ""),

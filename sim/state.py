@@ -20,12 +20,20 @@ TOO_LONG, TOO_BIG_FOR_CACHE = 1, 2  # indices into REJECT_REASONS
 class RequestTable:
     """Columnar state and timestamps of every request of one simulation."""
 
-    def __init__(self, arrival_s: np.ndarray, prompt: np.ndarray, max_output: np.ndarray) -> None:
+    def __init__(self, arrival_s: np.ndarray, prompt: np.ndarray, max_output: np.ndarray,
+                 priority: np.ndarray | None = None, ttft_slo_s: np.ndarray | None = None) -> None:
+        """``priority``: lower is more urgent (vLLM's convention), 0 when absent;
+        ``ttft_slo_s``: each request's TTFT target (its deadline is arrival + target), inf
+        when absent."""
         n = len(prompt)
         self.size = n
         self.arrival = np.asarray(arrival_s, dtype=np.float64).copy()
         self.prompt = np.asarray(prompt, dtype=np.int64)
         self.max_output = np.asarray(max_output, dtype=np.int64)
+        self.priority = (np.zeros(n, np.int64) if priority is None
+                         else np.asarray(priority, dtype=np.int64))
+        self.ttft_slo = (np.full(n, np.inf) if ttft_slo_s is None
+                         else np.asarray(ttft_slo_s, dtype=np.float64))
         self.num_tokens = self.prompt.copy()
         self.computed = np.zeros(n, np.int64)
         self.generated = np.zeros(n, np.int64)

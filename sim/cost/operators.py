@@ -45,28 +45,52 @@ class AttentionEfficiency:
 
 
 @dataclass(frozen=True)
+class CommEfficiency:
+    """η of one collective kind: fraction of link bandwidth reached, plus a fixed latency."""
+
+    eta_link: float
+    latency_s: float
+
+
+COMM_KINDS = ("allreduce", "allgather", "alltoall", "p2p")
+
+
+@dataclass(frozen=True)
 class Efficiency:
-    """All calibrated efficiency parameters of one GPU (see ``sim/cost/calibrated/``)."""
+    """All calibrated efficiency parameters of one GPU and backend
+    (``sim/cost/calibrated/<hardware>/<backend>.yaml``).
+
+    ``moe`` is the grouped-GEMM efficiency of MoE experts per dtype (the dense GEMM's when no
+    MoE table was fitted); ``comm`` has one entry per kind of ``COMM_KINDS`` (a kind without a
+    measured table carries the all-reduce's, and the file says so).
+    """
 
     gemm: dict[str, GemmEfficiency]
     attention_prefill: AttentionEfficiency
     attention_decode: AttentionEfficiency
     elementwise_eta_memory: float
     elementwise_launch_s: float
-    allreduce_eta_link: float
-    allreduce_latency_s: float
+    comm: dict[str, CommEfficiency]
+    moe: dict[str, GemmEfficiency]
 
     @classmethod
     def from_dict(cls, d: dict) -> Efficiency:
-        """Build from the ``parameters`` block of a calibrated JSON file."""
+        """Build from the ``parameters`` block of a calibrated file."""
+        gemm = {k: GemmEfficiency(**v) for k, v in d["gemm"].items()}
+        comm = {k: CommEfficiency(**v) for k, v in d["comm"].items()}
+        for kind in COMM_KINDS:
+            comm.setdefault(kind, comm["allreduce"])
+        moe = {k: GemmEfficiency(**v) for k, v in d.get("moe", {}).items()}
+        for k, v in gemm.items():
+            moe.setdefault(k, v)
         return cls(
-            gemm={k: GemmEfficiency(**v) for k, v in d["gemm"].items()},
+            gemm=gemm,
             attention_prefill=AttentionEfficiency(**d["attention_prefill"]),
             attention_decode=AttentionEfficiency(**d["attention_decode"]),
             elementwise_eta_memory=d["elementwise_eta_memory"],
             elementwise_launch_s=d["elementwise_launch_s"],
-            allreduce_eta_link=d["allreduce_eta_link"],
-            allreduce_latency_s=d["allreduce_latency_s"],
+            comm=comm,
+            moe=moe,
         )
 
 
@@ -127,3 +151,14 @@ def allgather_time(nbytes, num_gpus, link_bw, eta_link, latency_s):
     """Ring all-gather of a message of ``nbytes`` in total: (p−1)/p of it crosses each link."""
     t = latency_s + (num_gpus - 1) / num_gpus * nbytes / (link_bw * eta_link)
     return np.where(np.asarray(num_gpus) > 1, t, 0.0)
+
+
+def alltoall_time(nbytes, num_gpus, link_bw, eta_link, latency_s):
+    """All-to-all where each GPU holds ``nbytes`` and keeps 1/p of it: (p−1)/p leaves."""
+    t = latency_s + (num_gpus - 1) / num_gpus * nbytes / (link_bw * eta_link)
+    return np.where(np.asarray(num_gpus) > 1, t, 0.0)
+
+
+def p2p_time(nbytes, link_bw, eta_link, latency_s):
+    """One point-to-point send of ``nbytes`` (pipeline stages, KV transfer)."""
+    return latency_s + nbytes / (link_bw * eta_link)

@@ -14,10 +14,10 @@ that the GPU does not overlap.
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 
 import numpy as np
+import yaml
 
 from sim.config import DTYPE_BYTES, HardwareConfig, ModelConfig
 from sim.cost.base import OperatorCost, StepCost
@@ -35,14 +35,22 @@ from sim.errors import ConfigError
 ELEMENTWISE_KERNELS_PER_LAYER = 4  # add+norm ×2, rotary, SiLU·mul
 
 
-def load_efficiency(name: str, field: str = "hardware.calibration") -> tuple[Efficiency, dict]:
-    """Read ``sim/cost/calibrated/<name>.json`` (written by ``calibration.fit_roofline``);
-    ``field`` is the config key the name came from, for the error message."""
-    path = resources.files("sim.cost") / "calibrated" / f"{name}.json"
+def load_calibration(name: str, backend: str,
+                     field: str = "hardware.calibration") -> tuple[Efficiency, dict]:
+    """Read ``sim/cost/calibrated/<name>/<backend>.yaml`` (written by ``python -m calibration
+    fit``); ``field`` is the config key the name came from, for the error message. Returns the
+    efficiencies and the whole document (host overheads, data hash, fit errors)."""
+    folder = resources.files("sim.cost") / "calibrated" / name
+    path = folder / f"{backend}.yaml"
     if not path.is_file():
-        raise ConfigError(field, name,
-                          "no calibrated efficiency file of that name in sim/cost/calibrated/")
-    doc = json.loads(path.read_text())
+        have = sorted(p.name.removesuffix(".yaml") for p in folder.iterdir()) \
+            if folder.is_dir() else []
+        if not have:
+            raise ConfigError(field, name, "no calibrated parameters of that name in "
+                              "sim/cost/calibrated/")
+        raise ConfigError("backend.name", backend,
+                          f"not calibrated for {name}; have {have}")
+    doc = yaml.safe_load(path.read_text())
     return Efficiency.from_dict(doc["parameters"]), doc
 
 
@@ -113,13 +121,13 @@ class RooflineCostModel:
         ]
         if tp > 1:
             ar_bytes = T * h * 2.0
-            ar = allreduce_time(ar_bytes, tp, self.hw.nvlink_bandwidth, e.allreduce_eta_link,
-                                e.allreduce_latency_s)
+            c = e.comm["allreduce"]
+            ar = allreduce_time(ar_bytes, tp, self.hw.nvlink_bandwidth, c.eta_link, c.latency_s)
             # two per layer (attention and MLP outputs) and one of the vocab-parallel embedding
             ops.append(self._comm("tp_allreduce", 2 * L + 1, float(ar), ar_bytes))
             lg_bytes = S * m.vocab_size * 2.0
-            lg = allgather_time(lg_bytes, tp, self.hw.nvlink_bandwidth, e.allreduce_eta_link,
-                                e.allreduce_latency_s)
+            c = e.comm["allgather"]
+            lg = allgather_time(lg_bytes, tp, self.hw.nvlink_bandwidth, c.eta_link, c.latency_s)
             ops.append(self._comm("logits_allgather", 1, float(lg), lg_bytes))
         return ops
 

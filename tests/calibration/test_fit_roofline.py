@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from calibration.fit_roofline import main
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data" / "aiconfigurator" / "h100_sxm"
-COMMITTED = REPO / "sim" / "cost" / "calibrated" / "h100_sxm.json"
+COMMITTED = REPO / "sim" / "cost" / "calibrated" / "h100_sxm" / "vllm.yaml"
 
 
 def _flat(d, prefix=""):
@@ -24,10 +24,10 @@ def _flat(d, prefix=""):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"measured op tables not found at {DATA}")
 def test_fit_reproduces_the_committed_parameters(tmp_path):
-    out = tmp_path / "h100_sxm.json"
+    out = tmp_path / "vllm.yaml"
     assert main(["--data", str(DATA), "--hardware", "h100_sxm", "--out", str(out)]) == 0
-    fresh = dict(_flat(json.loads(out.read_text())["parameters"]))
-    committed = dict(_flat(json.loads(COMMITTED.read_text())["parameters"]))
+    fresh = dict(_flat(yaml.safe_load(out.read_text())["parameters"]))
+    committed = dict(_flat(yaml.safe_load(COMMITTED.read_text())["parameters"]))
     assert fresh.keys() == committed.keys()
     for key, value in committed.items():
         assert fresh[key] == pytest.approx(value, rel=1e-4, abs=1e-12), key

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from sim import simulate
 from sim.config import (
+    BackendConfig,
     ClusterConfig,
     ConstantCostConfig,
     HardwareConfig,
@@ -44,7 +45,8 @@ def tiny_config(num_blocks: int, block_size: int, max_seqs: int, budget: int, ma
                         hbm_bytes=need, nvlink_bandwidth=1e10, pcie_bandwidth=1e10)
     cost = RooflineCostConfig() if roofline else ConstantCostConfig(step_time_ms=7.0)
     return SimpleNamespace(model=TINY, hardware=hw, scheduler=sched, kv_cache=kv,
-                           cluster=ClusterConfig(), cost_model=cost, fast_forward=fast_forward)
+                           cluster=ClusterConfig(), backend=BackendConfig(), cost_model=cost,
+                           fast_forward=fast_forward)
 
 
 @st.composite

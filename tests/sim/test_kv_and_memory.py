@@ -69,9 +69,9 @@ def test_fp8_checkpoint_keeps_embeddings_in_bf16(compose_cfg):
 
 
 def test_tensor_parallel_stays_in_one_node(compose_cfg):
-    from sim.config import check_cluster
+    from sim.config import check_parallelism
 
     cfg = plain(compose_cfg("model=llama3_70b"))
     cfg.cluster.tensor_parallel_size = 16
     with pytest.raises(ConfigError, match="gpus_per_node=8"):
-        check_cluster(cfg.cluster, cfg.model, cfg.hardware)
+        check_parallelism(cfg.cluster, cfg.model, cfg.hardware)

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from sim.builders import build_cost_model, plain
-from sim.cost.roofline import load_efficiency
+from sim.cost.roofline import load_calibration
 
 H100_BF16, H100_BW = 989.4e12, 3.35e12
 
@@ -19,7 +19,7 @@ def llama8b(compose_cfg):
 
 @pytest.fixture
 def eff():
-    return load_efficiency("h100_sxm")[0]
+    return load_calibration("h100_sxm", "vllm")[0]
 
 
 def by_name(ops):
@@ -103,7 +103,7 @@ def test_tensor_parallel_splits_weights_and_adds_allreduce(compose_cfg):
 
 
 def test_calibrated_file_reports_held_out_error():
-    _, doc = load_efficiency("h100_sxm")
+    _, doc = load_calibration("h100_sxm", "vllm")
     for name, err in doc["errors"].items():
         assert err["held_out"]["rows"] > 0, name
         assert np.isfinite(err["held_out"]["median_ape_pct"])

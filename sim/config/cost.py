@@ -1,0 +1,45 @@
+"""Schemas and checks of ``cost_model=``: roofline or constant step times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config.common import positive
+from sim.errors import ConfigError
+
+
+@dataclass
+class RooflineCostConfig:
+    """Roofline cost model: per-operator max(compute, memory) time plus host overhead."""
+
+    name: str = "roofline"
+    # Fixed CPU time of one engine step (scheduling, input preparation, output processing);
+    # None: the calibrated value of this hardware and backend.
+    host_overhead_ms: float | None = None
+    # CPU time per sequence in the step; None: the calibrated value.
+    host_overhead_per_seq_us: float | None = None
+    # Calibrated parameters sim/cost/calibrated/<calibration>/<backend>.yaml;
+    # "auto" takes hardware.calibration.
+    calibration: str = "auto"
+
+
+@dataclass
+class ConstantCostConfig:
+    """Every step takes ``step_time_ms`` regardless of the batch (tests, queueing theory)."""
+
+    name: str = "constant"
+    step_time_ms: float = 10.0
+
+
+def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
+    """Cost-model parameters in range."""
+    if c.name == "constant":
+        positive("cost_model.step_time_ms", c.step_time_ms)
+    elif c.name == "roofline":
+        if c.host_overhead_ms is not None and c.host_overhead_ms < 0:
+            raise ConfigError("cost_model.host_overhead_ms", c.host_overhead_ms, "must be >= 0")
+        if c.host_overhead_per_seq_us is not None and c.host_overhead_per_seq_us < 0:
+            raise ConfigError("cost_model.host_overhead_per_seq_us",
+                              c.host_overhead_per_seq_us, "must be >= 0")
+    else:
+        raise ConfigError("cost_model.name", c.name, "one of ['constant', 'roofline']")

@@ -1,0 +1,34 @@
+"""Schema and checks of ``hardware=``: one GPU's datasheet peaks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config.common import positive
+from sim.config.model import ModelConfig
+from sim.errors import ConfigError
+
+
+@dataclass
+class HardwareConfig:
+    """One GPU's datasheet peaks. Bandwidths are bytes/s per direction."""
+
+    name: str = "???"
+    device_name: str = ""
+    bf16_flops: float = 0.0
+    fp8_flops: float | None = None
+    hbm_bandwidth: float = 0.0
+    hbm_bytes: float = 0.0
+    nvlink_bandwidth: float = 0.0
+    pcie_bandwidth: float = 0.0
+    gpus_per_node: int = 8  # GPUs joined by NVLink in one node (the tensor-parallel limit)
+    # Name of the calibrated efficiency file in sim/cost/calibrated/ that this GPU uses.
+    calibration: str = "h100_sxm"
+
+
+def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
+    """Datasheet peaks must be positive, and the GPU must run the model's dtype."""
+    for f in ("bf16_flops", "hbm_bandwidth", "hbm_bytes", "nvlink_bandwidth", "pcie_bandwidth"):
+        positive(f"hardware.{f}", getattr(h, f))
+    if model.dtype == "fp8" and not h.fp8_flops:
+        raise ConfigError("model.dtype", model.dtype, f"{h.name} has no FP8 tensor cores")
