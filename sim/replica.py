@@ -56,7 +56,11 @@ class Replica:
             batch = sched.schedule(now)
             if batch is None:
                 self._wakeup = env.event()
-                yield self._wakeup
+                wake_at = sched.next_wakeup(now)
+                if wake_at < float("inf"):
+                    yield self._wakeup | env.timeout(max(0.0, wake_at - now))
+                else:
+                    yield self._wakeup
                 self._wakeup = None
                 continue
             if self.fast_forward and sched.can_fast_forward(batch):
@@ -64,7 +68,7 @@ class Replica:
                 if k > 1:
                     yield from self._decode_window(batch, k)
                     continue
-            cost = self.cost_model.step_cost(batch.new_tokens, batch.context_tokens)
+            cost = self.cost_model.step_cost(*batch.cost_shape())
             scheduled = batch.num_tokens
             prefill = batch.num_prefill_tokens
             record(now, cost.time_s, len(batch.ids), scheduled, prefill, scheduled - prefill,

@@ -22,6 +22,7 @@ class HardwareConfig:
     nvlink_bandwidth: float = 0.0
     pcie_bandwidth: float = 0.0
     gpus_per_node: int = 8  # GPUs joined by NVLink in one node (the tensor-parallel limit)
+    num_sms: int = 132  # streaming multiprocessors (compute units): GEMM wave quantization
     # Name of the calibrated efficiency file in sim/cost/calibrated/ that this GPU uses.
     calibration: str = "h100_sxm"
 

@@ -162,3 +162,37 @@ def alltoall_time(nbytes, num_gpus, link_bw, eta_link, latency_s):
 def p2p_time(nbytes, link_bw, eta_link, latency_s):
     """One point-to-point send of ``nbytes`` (pipeline stages, KV transfer)."""
     return latency_s + nbytes / (link_bw * eta_link)
+
+
+# ---- per-family time functions: the cost model calls only these, the calibration fits them
+
+
+def gemm_time(e: GemmEfficiency, m, n, k, peak_flops: float, peak_bw: float, in_bytes: float,
+              out_bytes: float = 2.0, num_sms: int = 132):
+    """(time, compute-bound?) of C[m,n] = A[m,k]·B[k,n] with efficiency ``e``.
+
+    ``num_sms`` lets efficiency forms model wave quantization over the GPU's SMs.
+    """
+    f, b = gemm_work(m, n, k, in_bytes, out_bytes)
+    return roofline(f, b, peak_flops, peak_bw, e.compute_eta(m, n, k), e.eta_memory, e.launch_s)
+
+
+def attention_time(e: AttentionEfficiency, flops, nbytes, q_per_seq, num_seqs, peak_flops: float,
+                   peak_bw: float):
+    """(time, compute-bound?) of one attention kernel over ``num_seqs`` sequences doing
+    ``flops`` work and moving ``nbytes``, with ``q_per_seq`` query tokens per sequence."""
+    return roofline(flops, nbytes, peak_flops, peak_bw, e.compute_eta(q_per_seq), e.eta_memory,
+                    e.launch_s)
+
+
+def comm_time(e: CommEfficiency, kind: str, nbytes, num_gpus, link_bw: float):
+    """Time of one collective of ``kind`` (``COMM_KINDS``) moving a message of ``nbytes``."""
+    if kind == "allreduce":
+        return allreduce_time(nbytes, num_gpus, link_bw, e.eta_link, e.latency_s)
+    if kind == "allgather":
+        return allgather_time(nbytes, num_gpus, link_bw, e.eta_link, e.latency_s)
+    if kind == "alltoall":
+        return alltoall_time(nbytes, num_gpus, link_bw, e.eta_link, e.latency_s)
+    if kind == "p2p":
+        return p2p_time(nbytes, link_bw, e.eta_link, e.latency_s)
+    raise ValueError(f"unknown collective kind {kind!r}; one of {COMM_KINDS}")

@@ -23,12 +23,12 @@ from sim.config import DTYPE_BYTES, HardwareConfig, ModelConfig
 from sim.cost.base import OperatorCost, StepCost
 from sim.cost.operators import (
     Efficiency,
-    allgather_time,
-    allreduce_time,
+    attention_time,
+    comm_time,
     decode_attention_work,
+    gemm_time,
     gemm_work,
     prefill_attention_work,
-    roofline,
 )
 from sim.errors import ConfigError
 
@@ -83,9 +83,8 @@ class RooflineCostModel:
               dtype: str | None = None) -> OperatorCost:
         dtype = dtype or self.layer_dtype
         f, b = gemm_work(m, n, k, DTYPE_BYTES[dtype])
-        e = self.eff.gemm[dtype]
-        t, cb = roofline(f, b, self._peak(dtype), self.hw.hbm_bandwidth, e.compute_eta(m, n, k),
-                         e.eta_memory, e.launch_s)
+        t, cb = gemm_time(self.eff.gemm[dtype], m, n, k, self._peak(dtype),
+                          self.hw.hbm_bandwidth, DTYPE_BYTES[dtype], num_sms=self.hw.num_sms)
         return OperatorCost(name, count, count * f, count * b, count * float(t),
                             "compute" if cb else "memory")
 
@@ -121,21 +120,20 @@ class RooflineCostModel:
         ]
         if tp > 1:
             ar_bytes = T * h * 2.0
-            c = e.comm["allreduce"]
-            ar = allreduce_time(ar_bytes, tp, self.hw.nvlink_bandwidth, c.eta_link, c.latency_s)
+            link = self.hw.nvlink_bandwidth
+            ar = comm_time(e.comm["allreduce"], "allreduce", ar_bytes, tp, link)
             # two per layer (attention and MLP outputs) and one of the vocab-parallel embedding
             ops.append(self._comm("tp_allreduce", 2 * L + 1, float(ar), ar_bytes))
             lg_bytes = S * m.vocab_size * 2.0
-            c = e.comm["allgather"]
-            lg = allgather_time(lg_bytes, tp, self.hw.nvlink_bandwidth, c.eta_link, c.latency_s)
+            lg = comm_time(e.comm["allgather"], "allgather", lg_bytes, tp, link)
             ops.append(self._comm("logits_allgather", 1, float(lg), lg_bytes))
         return ops
 
     def _attention_op(self, name: str, flops: float, nbytes: float, q_per_seq: float,
-                      kind) -> OperatorCost:
+                      num_seqs: int, kind) -> OperatorCost:
         L = self.model.num_hidden_layers
-        t, cb = roofline(flops, nbytes, self.hw.bf16_flops, self.hw.hbm_bandwidth,
-                         kind.compute_eta(q_per_seq), kind.eta_memory, kind.launch_s)
+        t, cb = attention_time(kind, flops, nbytes, q_per_seq, num_seqs, self.hw.bf16_flops,
+                               self.hw.hbm_bandwidth)
         return OperatorCost(name, L, L * flops, L * nbytes, L * float(t),
                             "compute" if cb else "memory")
 
@@ -144,16 +142,15 @@ class RooflineCostModel:
         ``ctx_total`` cached tokens (array: one entry per step), and whether compute binds."""
         f, b = decode_attention_work(ctx_total, num_seqs, self.heads, self.kv_heads,
                                      self.model.head_dim, self.kv_bytes)
-        k = self.eff.attention_decode
-        t, cb = roofline(f, b, self.hw.bf16_flops, self.hw.hbm_bandwidth, k.compute_eta(1.0),
-                         k.eta_memory, k.launch_s)
+        t, cb = attention_time(self.eff.attention_decode, f, b, 1.0, num_seqs,
+                               self.hw.bf16_flops, self.hw.hbm_bandwidth)
         return self.model.num_hidden_layers * t, cb, f, b
 
     def _prefill_attention(self, q: np.ndarray, ctx: np.ndarray) -> OperatorCost:
         f, b = prefill_attention_work(q.astype(np.float64), ctx.astype(np.float64), self.heads,
                                       self.kv_heads, self.model.head_dim, self.kv_bytes)
         return self._attention_op("attn_prefill", float(f.sum()), float(b.sum()),
-                                  float(q.mean()), self.eff.attention_prefill)
+                                  float(q.mean()), len(q), self.eff.attention_prefill)
 
     def _attention_ops(self, n: np.ndarray, c: np.ndarray) -> list[OperatorCost]:
         """Prefill-chunk and decode attention of the batch (one kernel each per layer)."""

@@ -30,6 +30,11 @@ class Batch:
         self._prefill: int | None = None
         self.growth: np.ndarray | None = None  # cached block_growth of a decode window
 
+    def cost_shape(self) -> tuple[np.ndarray, np.ndarray]:
+        """(new_tokens, context_tokens) the cost model prices: the scheduled sequences, plus
+        any padding a policy computes for nothing (static batching)."""
+        return self.new_tokens, self.context_tokens
+
     @property
     def num_prefill_tokens(self) -> int:
         """Tokens of the step that are not single decode tokens."""
@@ -59,6 +64,11 @@ class TokenBudgetScheduler:
         """A request has arrived at this replica."""
         self.table.status[rid] = WAITING
         self.waiting.append(rid)
+
+    def next_wakeup(self, now: float) -> float:
+        """When ``schedule`` may return a batch without a new arrival (inf: only an arrival
+        can change its answer). Timer-driven policies (a max queue delay) override it."""
+        return float("inf")
 
     def has_work(self) -> bool:
         """Whether any request is waiting or running."""
