@@ -26,13 +26,12 @@ from analysis.report import format_summary, write_run
 from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_for_seed
 from sim.builders import check_config
 from sim.config import (
+    SCHEMAS,
     BackendConfig,
     ClusterConfig,
-    ConstantCostConfig,
     HardwareConfig,
     KVCacheConfig,
     ModelConfig,
-    RooflineCostConfig,
     SchedulerConfig,
 )
 from sim.engine import simulate
@@ -68,13 +67,8 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for group, name, node in (
-        ("model", "base_model", ModelConfig), ("hardware", "base_hardware", HardwareConfig),
-        ("backend", "base_backend", BackendConfig),
-        ("scheduler", "base_scheduler", SchedulerConfig),
-        ("kv_cache", "base_kv_cache", KVCacheConfig), ("cluster", "base_cluster", ClusterConfig),
+        *SCHEMAS,
         ("workload", "base_workload", WorkloadConfig), ("slo", "base_slo", SLOConfig),
-        ("cost_model", "base_roofline", RooflineCostConfig),
-        ("cost_model", "base_constant", ConstantCostConfig),
     ):
         cs.store(group=group, name=name, node=node)
 

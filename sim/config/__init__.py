@@ -5,6 +5,7 @@ Each YAML under ``conf/<group>/`` starts from one of these dataclasses (register
 Range and cross-field checks that a type cannot express live in each module's ``check_*``.
 """
 
+from sim.config import backend, cluster, cost, hardware, kv_cache, model, scheduler
 from sim.config.backend import BackendConfig, check_backend
 from sim.config.cluster import ClusterConfig, FailureConfig, check_cluster
 from sim.config.common import DTYPE_BYTES, positive
@@ -15,7 +16,12 @@ from sim.config.model import ModelConfig, check_model
 from sim.config.parallel import check_parallelism
 from sim.config.scheduler import SchedulerConfig, check_scheduler
 
+# every (group, schema name, dataclass) that conf/ YAMLs build on
+SCHEMAS = [s for m in (model, hardware, backend, scheduler, kv_cache, cluster, cost)
+           for s in m.SCHEMAS]
+
 __all__ = [
+    "SCHEMAS",
     "DTYPE_BYTES", "BackendConfig", "ClusterConfig", "ConstantCostConfig", "FailureConfig",
     "HardwareConfig", "KVCacheConfig", "ModelConfig", "RooflineCostConfig", "SchedulerConfig",
     "check_backend", "check_cluster", "check_cost_model", "check_hardware", "check_kv_cache",

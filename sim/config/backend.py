@@ -25,3 +25,9 @@ def check_backend(b: BackendConfig) -> None:
     """The backend must be one the project has calibration tables for."""
     if b.name not in BACKENDS:
         raise ConfigError("backend.name", b.name, f"one of {list(BACKENDS)}")
+
+
+# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+SCHEMAS = [
+    ("backend", "base_backend", BackendConfig),
+]

@@ -47,3 +47,9 @@ class ClusterConfig:
 def check_cluster(c: ClusterConfig) -> None:
     """Replica count in range (the parallel layout is checked by ``check_parallelism``)."""
     positive("cluster.replicas", c.replicas)
+
+
+# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+SCHEMAS = [
+    ("cluster", "base_cluster", ClusterConfig),
+]

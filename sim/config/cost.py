@@ -43,3 +43,10 @@ def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
                               c.host_overhead_per_seq_us, "must be >= 0")
     else:
         raise ConfigError("cost_model.name", c.name, "one of ['constant', 'roofline']")
+
+
+# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+SCHEMAS = [
+    ("cost_model", "base_roofline", RooflineCostConfig),
+    ("cost_model", "base_constant", ConstantCostConfig),
+]

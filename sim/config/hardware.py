@@ -33,3 +33,9 @@ def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
         positive(f"hardware.{f}", getattr(h, f))
     if model.dtype == "fp8" and not h.fp8_flops:
         raise ConfigError("model.dtype", model.dtype, f"{h.name} has no FP8 tensor cores")
+
+
+# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+SCHEMAS = [
+    ("hardware", "base_hardware", HardwareConfig),
+]

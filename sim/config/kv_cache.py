@@ -33,3 +33,9 @@ def check_kv_cache(k: KVCacheConfig) -> None:
         raise ConfigError("kv_cache.preemption", k.preemption, "one of ['recompute']")
     if k.other_memory_gib < 0:
         raise ConfigError("kv_cache.other_memory_gib", k.other_memory_gib, "must be >= 0")
+
+
+# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+SCHEMAS = [
+    ("kv_cache", "base_kv_cache", KVCacheConfig),
+]

@@ -64,3 +64,9 @@ def check_model(m: ModelConfig) -> None:
                           f"must divide num_attention_heads={m.num_attention_heads}")
     if m.dtype not in DTYPE_BYTES:
         raise ConfigError("model.dtype", m.dtype, f"one of {sorted(DTYPE_BYTES)}")
+
+
+# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+SCHEMAS = [
+    ("model", "base_model", ModelConfig),
+]

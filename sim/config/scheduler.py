@@ -43,3 +43,9 @@ def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:
         raise ConfigError("scheduler.max_num_batched_tokens", s.max_num_batched_tokens,
                           f"must be >= max_model_len={max_len} when enable_chunked_prefill "
                           "is false")
+
+
+# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+SCHEMAS = [
+    ("scheduler", "base_scheduler", SchedulerConfig),
+]

@@ -196,3 +196,31 @@ def comm_time(e: CommEfficiency, kind: str, nbytes, num_gpus, link_bw: float):
     if kind == "p2p":
         return p2p_time(nbytes, link_bw, e.eta_link, e.latency_s)
     raise ValueError(f"unknown collective kind {kind!r}; one of {COMM_KINDS}")
+
+
+def expected_distinct_experts(num_tokens, num_experts: int, topk: int):
+    """Expected number of distinct experts that ``num_tokens`` tokens touch when each picks
+    ``topk`` of ``num_experts`` uniformly without replacement: E·(1 − (1 − k/E)^T).
+
+    Not "all" (few tokens touch few experts) and not "k" (many tokens spread over all).
+    """
+    t = np.asarray(num_tokens, dtype=np.float64)
+    return num_experts * (1.0 - (1.0 - topk / num_experts) ** t)
+
+
+def moe_time(e: GemmEfficiency, num_tokens, hidden: int, inter: int, num_experts: int, topk: int,
+             distinct_experts, peak_flops: float, peak_bw: float, w_bytes: float,
+             num_sms: int = 132):
+    """(time, compute-bound?) of the routed experts' grouped GEMMs (gate/up and down) on one GPU.
+
+    ``num_experts`` experts live on this GPU, each with gate/up [hidden, 2·inter] and down
+    [inter, hidden] weights; ``num_tokens·topk`` token-expert pairs land on them, touching
+    ``distinct_experts`` of them, whose weights are read once each.
+    """
+    pairs = np.asarray(num_tokens, dtype=np.float64) * topk
+    flops = 2.0 * pairs * hidden * 3 * inter
+    weights = distinct_experts * 3.0 * hidden * inter * w_bytes
+    acts = pairs * (hidden * 2 + 2 * inter * 2 + inter * 2 + hidden * 2)
+    m = pairs / np.maximum(distinct_experts, 1.0)  # tokens per touched expert
+    eta_c = e.compute_eta(np.maximum(m, 1.0), 2 * inter, hidden)
+    return roofline(flops, weights + acts, peak_flops, peak_bw, eta_c, e.eta_memory, e.launch_s)
