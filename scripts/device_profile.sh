@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The one prepared profiler run for a session with a lent GPU (issue 3, item 6): prints the
+# versions, runs the full shape plan (GEMM, prefill/decode attention, MoE; collectives when more
+# than one GPU is visible) and leaves in $OUT two files (the device tool returns at most 8, at
+# most 2 folders deep, so the table tree travels as one archive):
+#   profile.log              everything printed, ending with a summary of achieved rates
+#   profile_tables.tar.gz    <op>/<framework>/<version>/<table>.parquet + collection_meta.yaml
+#
+# On the device machine, from the repository root (the profiler's time budget is BUDGET_S, 360 s
+# by default, so the whole command stays well under 10 minutes):
+#   bash scripts/device_profile.sh
+# If the device image lacks the project's pure-Python dependencies that `import sim` pulls in
+# (simpy, omegaconf; the H200 image has numpy, pandas, pyarrow, pyyaml and torch), prepare their
+# wheels here first, where PyPI is reachable, and name `.whl` in the run's carry:
+#   echo /.whl/ >> .git/info/exclude; bash scripts/device_profile.sh --prepare
+# Dry run of the same logic on a CPU with a CPU build of torch:
+#   DEVICE=cpu PLAN=tiny OUT=/tmp/out PY=/tmp/torchvenv/bin/python bash scripts/device_profile.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+
+if [[ "${1:-}" == "--prepare" ]]; then
+  mkdir -p .whl
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux2014_x86_64 -d .whl \
+    "simpy>=4.1,<5" "omegaconf>=2.3,<2.5"
+  "$PY" -m pip wheel -q --no-deps -w .whl "antlr4-python3-runtime==4.9.*"
+  ls -l .whl
+  exit 0
+fi
+
+: "${OUT:?set OUT to the folder the results go to}"
+DEVICE=${DEVICE:-cuda}
+PLAN=${PLAN:-full}
+BUDGET_S=${BUDGET_S:-360}
+WORK=${WORK:-/tmp/profile_tables}
+export PYTHONUNBUFFERED=1
+
+profile() {
+  echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -m) repo $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,persistence_mode \
+      --format=csv
+  fi
+  "$PY" - <<'EOF'
+import platform, torch
+print("python", platform.python_version(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
+      "| cuDNN", torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None)
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("GPUs", torch.cuda.device_count(), "|", p.name, "| SMs", p.multi_processor_count,
+          "| memory GiB", round(p.total_memory / 2**30, 1), "| NCCL", torch.cuda.nccl.version())
+EOF
+  if ! "$PY" -c "import calibration.profile.runner" 2>/dev/null; then
+    if compgen -G ".whl/*.whl" >/dev/null; then
+      echo "== installing carried wheels: $(ls .whl | tr '\n' ' ')"
+      "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl
+      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    "$PY" -c "import calibration.profile.runner" || {
+      echo "calibration.profile cannot be imported (see above): run"\
+        "'bash scripts/device_profile.sh --prepare' here and carry .whl"; return 3; }
+  fi
+  rm -rf "$WORK"
+  local rc=0
+  timeout 560 "$PY" -m calibration.profile out_dir="$WORK" device="$DEVICE" plan="$PLAN" \
+    budget_s="$BUDGET_S" || rc=$?
+  if [[ -d "$WORK" ]]; then
+    tar czf "$OUT/profile_tables.tar.gz" -C "$WORK" .
+    echo "== tables: $OUT/profile_tables.tar.gz ($(find "$WORK" -name '*.parquet' | wc -l) parquet files)"
+  fi
+  echo "== profiler exit code $rc at $(date -u +%H:%M:%SZ)"
+  return "$rc"
+}
+
+mkdir -p "$OUT"
+profile 2>&1 | tee "$OUT/profile.log"
