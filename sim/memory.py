@@ -3,6 +3,24 @@
 Mirrors how vLLM sizes its cache: usable = total HBM × gpu_memory_utilization, minus the
 weights, the peak activation memory of a forward pass over ``max_num_batched_tokens`` tokens,
 and non-torch memory; the rest is divided into blocks of ``block_size`` tokens over all layers.
+
+Only full-attention layers grow with the context. Sliding-window layers and linear-attention
+(Gated DeltaNet) layers hold a fixed amount per request, which the KV manager budgets as
+``state_blocks_per_request`` blocks taken from the same pool.
+
+Parameter layout per layer, as in the Hugging Face / vLLM modules:
+
+- attention: q, k, v, o projections (q twice as wide with ``attn_output_gate``); MLA: q_a
+  (h × q_lora_rank) and q_b, or q_proj; kv_a_proj_with_mqa (h × (kv_lora_rank + rope));
+  kv_b (kv_lora_rank × heads × (nope + v)); o (heads × v × h); Gated DeltaNet: in_proj_qkvz,
+  in_proj_ba, a depthwise conv over q, k, v, out_proj;
+- MLP: gated (gate, up, down = 3 × h × I) dense, or a router (h × E) and E experts of
+  3 × h × I_moe, plus shared experts; two RMSNorms.
+
+Tensor parallelism splits heads and FFN columns; K/V heads are replicated when fewer than
+GPUs; MLA's down-projections (q_a, kv_a) are replicated. Routed experts are split over
+``ep`` GPUs and each expert ``max(1, tp // ep)`` ways (ep = 1: every expert tensor-parallel).
+Embeddings, LM head, norms, biases, routers and convolutions stay 16-bit in FP8 checkpoints.
 """
 
 from __future__ import annotations
@@ -16,37 +34,114 @@ from sim.config import (
     ModelConfig,
     SchedulerConfig,
 )
+from sim.config.model import MOE_DTYPE_BYTES, expert_dtype, layer_kinds
 from sim.errors import ConfigError
 
 GIB = 1024**3
+SMALL_BYTES = 2  # norms, biases, routers, conv weights, embeddings: 16-bit
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """Parameter counts on one GPU, by storage class (summed over layers)."""
+
+    linear: int  # GEMM weights in the model dtype
+    experts: int  # routed-expert weights in the expert dtype
+    small: int  # 16-bit: norms, biases, routers, convolutions
+    vocab: int  # 16-bit: embedding and LM head
+
+    @property
+    def total(self) -> int:
+        return self.linear + self.experts + self.small + self.vocab
+
+
+def _attention_weights(m: ModelConfig, kind: str, tp: int) -> tuple[int, int]:
+    """(linear, small) parameters of one layer's attention (or linear attention) per GPU."""
+    h, q = m.hidden_size, m.num_attention_heads // tp
+    if kind == "linear_attention":
+        nk = _cdiv(m.linear_num_key_heads, tp)
+        nv = _cdiv(m.linear_num_value_heads, tp)
+        key, val = nk * m.linear_key_head_dim, nv * m.linear_value_head_dim
+        linear = h * (2 * key + 2 * val) + h * 2 * nv + val * h  # qkvz, ba, out_proj
+        small = (2 * key + val) * m.linear_conv_kernel_dim + 2 * nv + m.linear_value_head_dim
+        return linear, small
+    if m.kv_lora_rank:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            q_proj, small = h * m.q_lora_rank + m.q_lora_rank * q * qk, m.q_lora_rank
+        else:
+            q_proj, small = h * q * qk, 0
+        kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim)
+        kv_b = m.kv_lora_rank * q * (m.qk_nope_head_dim + m.v_head_dim)
+        return q_proj + kv_a + kv_b + q * m.v_head_dim * h, small + m.kv_lora_rank
+    d, kvh = m.head_dim, max(1, m.num_key_value_heads // tp)
+    q_out = q * d * (2 if m.attn_output_gate else 1)
+    linear = h * q_out + 2 * h * kvh * d + q * d * h
+    small = q_out + 2 * kvh * d + h if m.attention_bias else 0
+    return linear, small
+
+
+def _weights(m: ModelConfig, tp: int = 1, ep: int = 1, active: bool = False) -> _Weights:
+    """Every parameter of one GPU's share; ``active``: only the top-k routed experts."""
+    h = m.hidden_size
+    linear = small = experts = 0
+    kinds = layer_kinds(m)
+    for kind in set(kinds):
+        n = kinds.count(kind)
+        lin, sm = _attention_weights(m, kind, tp)
+        linear, small = linear + n * lin, small + n * sm
+    n_moe = m.num_hidden_layers - m.first_k_dense_replace if m.num_experts else 0
+    linear += (m.num_hidden_layers - n_moe) * _cdiv(3 * h * m.intermediate_size, tp)
+    if n_moe:
+        local = m.num_experts_per_tok if active else _cdiv(m.num_experts, ep)
+        per_expert = _cdiv(3 * h * m.moe_intermediate_size, max(1, tp // ep))
+        experts = n_moe * local * per_expert
+        linear += n_moe * _cdiv(3 * h * m.shared_expert_intermediate_size, tp)
+        small += n_moe * h * m.num_experts  # router, replicated
+    small += (2 * m.num_hidden_layers + 1) * h  # two norms per layer and the final norm
+    vocab = (1 if m.tie_word_embeddings else 2) * _cdiv(m.vocab_size * h, tp)
+    return _Weights(linear, experts, small, vocab)
 
 
 def parameter_count(m: ModelConfig) -> int:
-    """Parameters of a dense Llama-style decoder (embeddings, attention, gated MLP, norms)."""
-    h, d = m.hidden_size, m.head_dim
-    attn = (
-        h * (m.num_attention_heads + 2 * m.num_key_value_heads) * d + m.num_attention_heads * d * h
-    )
-    mlp = 3 * h * m.intermediate_size
-    per_layer = attn + mlp + 2 * h
-    embed = m.vocab_size * h
-    lm_head = 0 if m.tie_word_embeddings else m.vocab_size * h
-    return m.num_hidden_layers * per_layer + embed + lm_head + h
+    """Parameters of the model (embeddings, layers, LM head), without MTP/draft modules."""
+    return _weights(m).total
 
 
-def weight_bytes_per_gpu(m: ModelConfig, tp: int) -> int:
-    """Weight memory of one GPU of a ``tp``-way replica.
+def active_parameter_count(m: ModelConfig, count_embedding: bool = False) -> int:
+    """Parameters one token's forward pass multiplies by: every attention and dense-MLP
+    weight, the router, the top-k routed and the shared experts, the norms and the LM head.
 
-    Attention heads and the MLP are split ``tp`` ways; K/V heads are replicated when there are
-    fewer of them than GPUs. The vocab-parallel embedding and LM head are split too and stay
-    bf16 in FP8 checkpoints; norms are bf16.
+    The input embedding is a lookup of one row, so it is left out (as DeepSeek and OpenAI
+    count "active" parameters) unless ``count_embedding`` (as Qwen's and Mistral's model cards
+    do). With tied embeddings the one matrix counts once, as the LM head.
     """
-    h, d = m.hidden_size, m.head_dim
-    q_heads, kv_heads = m.num_attention_heads // tp, max(1, m.num_key_value_heads // tp)
-    linear = h * (q_heads + 2 * kv_heads) * d + q_heads * d * h + 3 * h * m.intermediate_size // tp
-    vocab = (1 if m.tie_word_embeddings else 2) * m.vocab_size * h // tp
-    norms = (2 * m.num_hidden_layers + 1) * h
-    return m.num_hidden_layers * linear * DTYPE_BYTES[m.dtype] + (vocab + norms) * 2
+    w = _weights(m, active=True)
+    embed = m.vocab_size * m.hidden_size
+    if m.tie_word_embeddings:
+        return w.total
+    return w.total - (0 if count_embedding else embed)
+
+
+def weight_bytes_per_gpu(m: ModelConfig, tp: int, ep: int = 1) -> int:
+    """Weight memory of one GPU of a ``tp``-way replica whose experts span ``ep`` GPUs.
+
+    Heads and FFN columns split ``tp`` ways (K/V heads replicated when fewer than GPUs);
+    routed experts split ``ep`` ways and each expert ``max(1, tp // ep)`` ways; the
+    vocab-parallel embedding and LM head split too and stay bf16 in FP8 checkpoints.
+    """
+    w = _weights(m, tp, ep)
+    experts = w.experts * MOE_DTYPE_BYTES[expert_dtype(m)]
+    return int(w.linear * DTYPE_BYTES[m.dtype] + experts + (w.small + w.vocab) * SMALL_BYTES)
+
+
+def activation_dtype_bytes(model: ModelConfig) -> int:
+    """Bytes of one activation element: bf16 when the weights are FP8 (as vLLM runs them)."""
+    return DTYPE_BYTES["bfloat16" if model.dtype == "fp8" else model.dtype]
 
 
 def kv_dtype_bytes(model: ModelConfig, kv: KVCacheConfig) -> int:
@@ -56,34 +151,92 @@ def kv_dtype_bytes(model: ModelConfig, kv: KVCacheConfig) -> int:
     """
     if kv.dtype != "auto":
         return DTYPE_BYTES[kv.dtype]
-    return DTYPE_BYTES["bfloat16" if model.dtype == "fp8" else model.dtype]
+    return activation_dtype_bytes(model)
 
 
 def kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int) -> int:
-    """K and V of one token over all layers, on one GPU of a ``tp``-way replica."""
+    """Cache that grows with each token: the full-attention layers, on one GPU of ``tp``.
+
+    Standard attention keeps K and V per KV head (replicated when fewer heads than GPUs);
+    MLA keeps one latent of ``kv_lora_rank + qk_rope_head_dim`` per token, shared by all
+    heads, so every GPU holds all of it (not split by TP).
+    """
+    n_full = layer_kinds(model).count("full_attention")
+    if model.kv_lora_rank:
+        per_layer = model.kv_lora_rank + model.qk_rope_head_dim
+    else:
+        per_layer = 2 * max(1, model.num_key_value_heads // tp) * model.head_dim
+    return n_full * per_layer * kv_dtype_bytes(model, kv)
+
+
+def state_bytes_per_request(model: ModelConfig, kv: KVCacheConfig, tp: int) -> int:
+    """Fixed per-request memory of the layers that do not grow with context, per GPU.
+
+    Sliding-window layers: K and V of ``sliding_window`` tokens, an upper bound (a shorter
+    request holds less; a prefill chunk briefly needs its own tokens on top). Linear-attention
+    (Gated DeltaNet) layers: the recurrent state (value heads × key dim × value dim) and the
+    short-convolution state (kernel − 1 past inputs of q, k, v), in the activation dtype.
+    """
+    kinds = layer_kinds(model)
+    n_sliding, n_linear = kinds.count("sliding_attention"), kinds.count("linear_attention")
     kv_heads = max(1, model.num_key_value_heads // tp)
-    return 2 * model.num_hidden_layers * kv_heads * model.head_dim * kv_dtype_bytes(model, kv)
+    sliding = n_sliding * 2 * kv_heads * model.head_dim * model.sliding_window
+    state = sliding * kv_dtype_bytes(model, kv)
+    if n_linear:
+        nk = _cdiv(model.linear_num_key_heads, tp)
+        nv = _cdiv(model.linear_num_value_heads, tp)
+        recurrent = nv * model.linear_key_head_dim * model.linear_value_head_dim
+        conv_dim = 2 * nk * model.linear_key_head_dim + nv * model.linear_value_head_dim
+        conv = (model.linear_conv_kernel_dim - 1) * conv_dim
+        state += n_linear * (recurrent + conv) * activation_dtype_bytes(model)
+    return state
 
 
-def activation_peak_bytes(model: ModelConfig, sched: SchedulerConfig, tp: int) -> int:
+def _attention_width(m: ModelConfig, kind: str, tp: int) -> int:
+    """Widest per-token output of one layer's attention projections, per GPU."""
+    q = m.num_attention_heads // tp
+    if kind == "linear_attention":
+        key = _cdiv(m.linear_num_key_heads, tp) * m.linear_key_head_dim
+        nv = _cdiv(m.linear_num_value_heads, tp)
+        return 2 * key + 2 * nv * m.linear_value_head_dim + 2 * nv
+    if m.kv_lora_rank:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        latent = m.kv_lora_rank + m.qk_rope_head_dim
+        return q * qk + latent + q * (m.qk_nope_head_dim + m.v_head_dim)
+    gate = 2 if m.attn_output_gate else 1
+    return (q * gate + 2 * max(1, m.num_key_value_heads // tp)) * m.head_dim
+
+
+def activation_peak_bytes(
+    model: ModelConfig, sched: SchedulerConfig, tp: int, ep: int = 1
+) -> int:
     """Peak activation memory of vLLM's profiling run, per GPU (an estimate).
 
     The widest live tensors of a forward pass over the full token budget: hidden state and
-    residual, QKV output, gate/up output and its activation; plus fp32 logits for every
-    sequence the sampler may see.
+    residual, the attention projections' output, and the MLP's gate/up output and its
+    activation (MoE: per routed copy of a token, plus its output before the combine, and the
+    shared experts); plus fp32 logits for every sequence the sampler may see.
     """
-    t = sched.max_num_batched_tokens
-    h, d = model.hidden_size, model.head_dim
-    qkv = (model.num_attention_heads + 2 * model.num_key_value_heads) * d // tp
-    mlp = 3 * model.intermediate_size // tp
-    per_token = (2 * h + qkv + mlp) * 2
-    logits = sched.max_num_seqs * model.vocab_size * 4
+    m, t = model, sched.max_num_batched_tokens
+    attn = max(_attention_width(m, kind, tp) for kind in set(layer_kinds(m)))
+    widths = []
+    if not m.num_experts or m.first_k_dense_replace:
+        widths.append(3 * m.intermediate_size // tp)
+    if m.num_experts:
+        routed = 3 * m.moe_intermediate_size // max(1, tp // ep) + m.hidden_size
+        widths.append(m.num_experts_per_tok * routed + 3 * m.shared_expert_intermediate_size // tp)
+    per_token = (2 * m.hidden_size + attn + max(widths)) * activation_dtype_bytes(m)
+    logits = sched.max_num_seqs * m.vocab_size * 4
     return t * per_token + logits
 
 
 @dataclass(frozen=True)
 class MemoryBudget:
-    """Where one GPU's memory goes, and the KV cache that results."""
+    """Where one GPU's memory goes, and the KV cache that results.
+
+    ``state_blocks_per_request`` blocks of the pool are the fixed state one running request
+    holds besides its growing KV (sliding-window and linear-attention layers; 0 otherwise).
+    """
 
     usable_bytes: int
     weight_bytes: int
@@ -93,24 +246,34 @@ class MemoryBudget:
     block_bytes: int
     num_gpu_blocks: int
     block_size: int
+    state_bytes_per_request: int = 0
+    state_blocks_per_request: int = 0
 
     @property
     def max_tokens(self) -> int:
-        """Tokens the cache can hold at once across all requests."""
+        """Tokens the cache can hold at once across all requests (ignoring fixed state)."""
         return self.num_gpu_blocks * self.block_size
 
 
 def memory_budget(
-    model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig, kv: KVCacheConfig, tp: int
+    model: ModelConfig,
+    hw: HardwareConfig,
+    sched: SchedulerConfig,
+    kv: KVCacheConfig,
+    tp: int,
+    ep: int = 1,
 ) -> MemoryBudget:
     """Size the KV cache of one replica; refuses a model that does not fit."""
     usable = int(hw.hbm_bytes * kv.gpu_memory_utilization)
-    weights = weight_bytes_per_gpu(model, tp)
-    acts = activation_peak_bytes(model, sched, tp)
+    weights = weight_bytes_per_gpu(model, tp, ep)
+    acts = activation_peak_bytes(model, sched, tp, ep)
     other = int(kv.other_memory_gib * GIB)
     free = usable - weights - acts - other
     block_bytes = kv.block_size * kv_bytes_per_token(model, kv, tp)
-    if free < 2 * block_bytes:  # the null block and at least one usable block
+    state = state_bytes_per_request(model, kv, tp)
+    state_blocks = _cdiv(state, block_bytes)
+    # the null block, and one request's fixed state plus one block of its KV
+    if free < (2 + state_blocks) * block_bytes:
         raise ConfigError(
             "cluster.tensor_parallel_size",
             tp,
@@ -119,6 +282,5 @@ def memory_budget(
             f"{usable / GIB:.1f} GiB usable ({hw.name}, gpu_memory_utilization="
             f"{kv.gpu_memory_utilization}); use more GPUs or a larger GPU",
         )
-    return MemoryBudget(
-        usable, weights, acts, other, free, block_bytes, free // block_bytes, kv.block_size
-    )
+    return MemoryBudget(usable, weights, acts, other, free, block_bytes, free // block_bytes,
+                        kv.block_size, state, state_blocks)

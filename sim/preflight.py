@@ -3,6 +3,11 @@
 Hydra reports an unknown option or key over several lines; this check composes the same
 config with Hydra's compose API and, on failure, prints one line naming the field and the
 value, then exits with code 2. Sweeps (``-m``) and Hydra's own flags are left to Hydra.
+
+It also expands ``model=<path to a Hugging Face config.json, or its folder>`` into
+``model=base_model`` plus one ``model.<field>=<value>`` override per schema field read from
+the file, so the resolved config saved with the run shows every field. A user's own
+``model.<field>=`` overrides still win, wherever they stand.
 """
 
 from __future__ import annotations
@@ -12,6 +17,11 @@ import sys
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
+
+from sim.errors import ConfigError
+from sim.hf_config import read_hf_config
+
+BASE_MODEL = "base_model"  # the schema itself, registered as an option of group model
 
 
 def one_line(e: BaseException) -> str:
@@ -32,10 +42,53 @@ def one_line(e: BaseException) -> str:
     return f"{key}: {msg}" if key else msg
 
 
+def _hydra_value(v: object) -> str:
+    """``v`` in Hydra's override grammar (strings quoted, lists in brackets)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return str(v)
+
+
+def is_model_path(value: str) -> bool:
+    """Whether a ``model=`` value names a file or folder rather than a ``conf/model`` option."""
+    return value.endswith(".json") or "/" in value or "\\" in value
+
+
+def expand_model_path(overrides: list[str]) -> list[str]:
+    """``overrides`` with ``model=<config.json>`` replaced by the fields read from the file.
+
+    Raises ``ConfigError`` (naming ``model``) when the file is missing, unreadable or of an
+    unsupported architecture.
+    """
+    out: list[str] = []
+    own = {a.partition("=")[0].lstrip("+~") for a in overrides}  # as Hydra: order-free
+    for arg in overrides:
+        key, sep, value = arg.partition("=")
+        if key != "model" or not sep or not is_model_path(value):
+            out.append(arg)
+            continue
+        fields = read_hf_config(value)
+        out.append(f"model={BASE_MODEL}")
+        out += [f"model.{f}={_hydra_value(v)}" for f, v in fields.items()
+                if f"model.{f}" not in own]
+    return out
+
+
 def compose_or_exit(overrides: list[str]):
     """The composed config of ``overrides``; one line and exit code 2 if it does not compose."""
     import sim.app  # noqa: F401  (registers the schemas)
 
+    try:
+        overrides = expand_model_path(overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     try:
         with initialize_config_module("conf", version_base=None):
             return compose("config", overrides=overrides)
@@ -45,7 +98,20 @@ def compose_or_exit(overrides: list[str]):
 
 
 def check_overrides(argv: list[str]) -> None:
-    """Exit with one line and code 2 if ``argv``'s overrides do not compose."""
+    """Exit with one line and code 2 if ``argv``'s overrides do not compose.
+
+    A ``model=<config.json>`` override is expanded in place, in ``sys.argv`` too when
+    ``argv`` is ``sys.argv[1:]`` (what ``python -m sim`` passes), so Hydra's main sees it.
+    """
+    try:
+        expanded = expand_model_path(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if expanded != argv:
+        if sys.argv[1:] == argv:
+            sys.argv[1:] = expanded
+        argv[:] = expanded
     if any(a.startswith("-") for a in argv):
         return  # -m, --help, --cfg, ...: Hydra handles these itself
     compose_or_exit([a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))])

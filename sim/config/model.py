@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from sim.config.common import DTYPE_BYTES, positive
 from sim.errors import ConfigError
 
+LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")
+# Bytes per routed-expert weight: the layer dtypes, plus OCP MXFP4 (4-bit values and one
+# 8-bit scale per 32 of them = 4.25 bits), the format gpt-oss ships its experts in.
+MOE_DTYPE_BYTES = {**DTYPE_BYTES, "mxfp4": 4.25 / 8}
+
 
 @dataclass
 class ModelConfig:
@@ -30,12 +35,17 @@ class ModelConfig:
     max_position_embeddings: int = 131072
     tie_word_embeddings: bool = False
     dtype: str = "bfloat16"  # weights of the transformer layers (bfloat16, float16, fp8)
+    attention_bias: bool = False  # q/k/v/o projections carry biases (gpt-oss, Qwen2)
+    # q_proj also emits a sigmoid gate per head and channel (Qwen3-Next): twice as wide
+    attn_output_gate: bool = False
     # ---- mixture of experts (num_experts = 0: dense MLP in every layer)
     num_experts: int = 0  # routed experts (HF num_local_experts / num_experts / n_routed_experts)
     num_experts_per_tok: int = 0  # top-k
     moe_intermediate_size: int = 0  # FFN size of one routed expert
     shared_expert_intermediate_size: int = 0  # FFN size of all shared experts together
     first_k_dense_replace: int = 0  # leading layers with a dense MLP (DeepSeek)
+    # routed-expert weights when they differ from ``dtype`` ("" = same as dtype; e.g. mxfp4)
+    moe_dtype: str = ""
     # ---- multi-head latent attention (kv_lora_rank = 0: ordinary attention)
     q_lora_rank: int = 0  # 0: queries projected directly from the hidden state
     kv_lora_rank: int = 0
@@ -54,6 +64,61 @@ class ModelConfig:
     linear_conv_kernel_dim: int = 0
 
 
+def expert_dtype(m: ModelConfig) -> str:
+    """The dtype the routed experts' weights are stored in."""
+    return m.moe_dtype or m.dtype
+
+
+def layer_kinds(m: ModelConfig) -> list[str]:
+    """The kind of every layer (``layer_types``, or all full attention)."""
+    return list(m.layer_types) if m.layer_types is not None else ["full_attention"] * (
+        m.num_hidden_layers)
+
+
+def _check_moe(m: ModelConfig) -> None:
+    for f in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "shared_expert_intermediate_size", "first_k_dense_replace"):
+        if getattr(m, f) < 0:
+            raise ConfigError(f"model.{f}", getattr(m, f), "must be >= 0")
+    if m.moe_dtype and m.moe_dtype not in MOE_DTYPE_BYTES:
+        raise ConfigError("model.moe_dtype", m.moe_dtype,
+                          f"'' (same as dtype) or one of {sorted(MOE_DTYPE_BYTES)}")
+    if not m.num_experts:
+        return
+    positive("model.moe_intermediate_size", m.moe_intermediate_size)
+    if not 1 <= m.num_experts_per_tok <= m.num_experts:
+        raise ConfigError("model.num_experts_per_tok", m.num_experts_per_tok,
+                          f"must be in [1, num_experts={m.num_experts}]")
+    if m.first_k_dense_replace > m.num_hidden_layers:
+        raise ConfigError("model.first_k_dense_replace", m.first_k_dense_replace,
+                          f"must be <= num_hidden_layers={m.num_hidden_layers}")
+
+
+def _check_layers(m: ModelConfig) -> None:
+    if m.kv_lora_rank:
+        for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            positive(f"model.{f}", getattr(m, f))
+    if m.layer_types is None:
+        return
+    kinds = list(m.layer_types)
+    if len(kinds) != m.num_hidden_layers:
+        raise ConfigError("model.layer_types", f"{len(kinds)} entries",
+                          f"one per layer (num_hidden_layers={m.num_hidden_layers})")
+    unknown = sorted(set(kinds) - set(LAYER_KINDS))
+    if unknown:
+        raise ConfigError("model.layer_types", unknown[0], f"each one of {list(LAYER_KINDS)}")
+    if "full_attention" not in kinds:
+        # the paged KV cache is sized per token of the full-attention layers
+        raise ConfigError("model.layer_types", "no full_attention layer",
+                          "at least one full_attention layer")
+    if "sliding_attention" in kinds:
+        positive("model.sliding_window", m.sliding_window)
+    if "linear_attention" in kinds:
+        for f in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                  "linear_value_head_dim", "linear_conv_kernel_dim"):
+            positive(f"model.{f}", getattr(m, f))
+
+
 def check_model(m: ModelConfig) -> None:
     """Range checks of a model's architecture fields."""
     for f in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -64,6 +129,8 @@ def check_model(m: ModelConfig) -> None:
                           f"must divide num_attention_heads={m.num_attention_heads}")
     if m.dtype not in DTYPE_BYTES:
         raise ConfigError("model.dtype", m.dtype, f"one of {sorted(DTYPE_BYTES)}")
+    _check_moe(m)
+    _check_layers(m)
 
 
 # (group, schema name, dataclass) registered with Hydra by ``sim.app``

@@ -75,3 +75,10 @@ def test_tensor_parallel_stays_in_one_node(compose_cfg):
     cfg.cluster.tensor_parallel_size = 16
     with pytest.raises(ConfigError, match="gpus_per_node=8"):
         check_parallelism(cfg.cluster, cfg.model, cfg.hardware)
+
+
+def test_dense_model_has_no_fixed_state_and_ignores_ep(compose_cfg):
+    cfg = plain(compose_cfg())
+    b = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, 1)
+    assert b.state_bytes_per_request == 0 and b.state_blocks_per_request == 0
+    assert memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, 1, ep=8) == b
