@@ -61,9 +61,11 @@ def build_cost_model(cfg) -> CostModel:
     host_ms = doc["host"]["overhead_ms"] if c.host_overhead_ms is None else c.host_overhead_ms
     per_seq_us = (doc["host"]["per_seq_us"] if c.host_overhead_per_seq_us is None
                   else c.host_overhead_per_seq_us)
-    return RooflineCostModel(cfg.model, cfg.hardware, cfg.cluster.tensor_parallel_size,
+    cl = cfg.cluster
+    return RooflineCostModel(cfg.model, cfg.hardware, cl.tensor_parallel_size,
                              kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,
-                             host_ms * 1e-3, per_seq_us * 1e-6)
+                             host_ms * 1e-3, per_seq_us * 1e-6,
+                             pp=cl.pipeline_parallel_size, ep=cl.expert_parallel_size)
 
 
 def plain(cfg) -> SimpleNamespace:
@@ -79,7 +81,8 @@ def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaP
     cfg = plain(cfg)
     check_config(cfg)
     tp = cfg.cluster.tensor_parallel_size
-    budget = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp)
+    ep = cfg.cluster.expert_parallel_size
+    budget = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp, ep=ep)
     kv = PagedKVCache(budget.num_gpu_blocks, budget.block_size, table.size)
     scheduler = SCHEDULERS[cfg.scheduler.name](cfg.scheduler, table, kv, itl)
     max_model_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
@@ -94,5 +97,7 @@ def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaP
         "kv_cache_gib_per_gpu": round(budget.kv_cache_bytes / GIB, 3),
         "max_model_len": max_model_len,
         "tensor_parallel_size": tp,
+        "pipeline_parallel_size": cfg.cluster.pipeline_parallel_size,
+        "expert_parallel_size": ep,
     }
     return ReplicaParts(build_cost_model(cfg), kv, scheduler, max_model_len, meta)

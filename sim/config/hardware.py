@@ -22,6 +22,11 @@ class HardwareConfig:
     nvlink_bandwidth: float = 0.0
     pcie_bandwidth: float = 0.0
     gpus_per_node: int = 8  # GPUs joined by NVLink in one node (the tensor-parallel limit)
+    # Network between nodes, per GPU and direction (pipeline stages on different nodes): the
+    # defaults are one 400 Gb/s InfiniBand NDR / ConnectX-7 port per GPU (DGX H100), and a
+    # latency added to the calibrated send latency when a transfer leaves the node.
+    internode_bandwidth: float = 50e9
+    internode_latency_us: float = 5.0
     num_sms: int = 132  # streaming multiprocessors (compute units): GEMM wave quantization
     # Name of the calibrated efficiency file in sim/cost/calibrated/ that this GPU uses.
     calibration: str = "h100_sxm"
@@ -29,8 +34,11 @@ class HardwareConfig:
 
 def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
     """Datasheet peaks must be positive, and the GPU must run the model's dtype."""
-    for f in ("bf16_flops", "hbm_bandwidth", "hbm_bytes", "nvlink_bandwidth", "pcie_bandwidth"):
+    for f in ("bf16_flops", "hbm_bandwidth", "hbm_bytes", "nvlink_bandwidth", "pcie_bandwidth",
+              "internode_bandwidth", "gpus_per_node"):
         positive(f"hardware.{f}", getattr(h, f))
+    if h.internode_latency_us < 0:
+        raise ConfigError("hardware.internode_latency_us", h.internode_latency_us, "must be >= 0")
     if model.dtype == "fp8" and not h.fp8_flops:
         raise ConfigError("model.dtype", model.dtype, f"{h.name} has no FP8 tensor cores")
 

@@ -32,7 +32,8 @@ class OperatorCost:
     """One operator of a step on the roofline: work, traffic, intensity, binding roof, time.
 
     ``count`` is how many times it runs per step (e.g. once per layer); ``flops``, ``bytes``
-    and ``time_s`` are totals over those runs, per GPU.
+    and ``time_s`` are totals over those runs, per GPU. ``dtype`` is the math dtype whose peak
+    it runs against ("" where no FLOPs count: memory-only kernels and communication).
     """
 
     name: str
@@ -41,6 +42,12 @@ class OperatorCost:
     bytes: float
     time_s: float
     bound: str
+    dtype: str = ""
+
+    def scaled(self, n: float) -> OperatorCost:
+        """The same operator run ``n`` times as often (e.g. once in each of ``n`` layers)."""
+        return OperatorCost(self.name, int(round(self.count * n)), self.flops * n,
+                            self.bytes * n, self.time_s * n, self.bound, self.dtype)
 
     @property
     def intensity(self) -> float:

@@ -1,15 +1,14 @@
-"""Roofline cost model v1 of a dense GQA decoder (Llama-style) on one tensor-parallel replica.
+"""Roofline cost model of one replica: every operator of a step, per GPU, on the roofline.
 
-Per step, per GPU, the operators are: embedding gather; per layer the QKV projection,
-causal attention for prefill chunks and for decode tokens over the paged cache, the output
-projection, the gated MLP (gate/up and down GEMMs), the elementwise kernels (two fused
-add+RMSNorms, rotary embedding, SiLU·mul) and, with tensor parallelism, two all-reduces over
-NVLink, and the write of the new tokens' K and V into the paged cache; then the final norm,
-the LM head over one position per sequence, the logits all-gather and the sampler. With FP8
-weights the layer GEMMs run at the FP8 peak while the embedding and LM head stay bf16 (as in
-FP8 checkpoints) and attention computes in bf16. Each takes ``max(compute, memory) + launch``
-with calibrated efficiencies; the step adds a host overhead (scheduling, input preparation)
-that the GPU does not overlap.
+A step is: the embedding; then, through ``pp`` pipeline stages (``sim.cost.pipeline``), each
+stage's layers, each layer one attention-side kind (full or sliding-window softmax attention,
+GQA or MLA, or Gated DeltaNet linear attention) and one FFN kind (dense MLP or MoE) with its
+tensor- and expert-parallel communication (``sim.cost.layers``, ``sim.cost.moe``) and its
+attention over the cache (``sim.cost.attention``); then the final norm, LM head, logits
+all-gather and sampler. Each operator takes ``max(compute, memory) + launch`` with calibrated
+efficiencies; the step adds a host overhead (scheduling, input preparation) that the GPU does
+not overlap. FP8 checkpoints run the layer GEMMs (and FP8 experts) at the FP8 peak; the
+embedding, LM head, router and attention math stay bf16.
 """
 
 from __future__ import annotations
@@ -19,20 +18,18 @@ from importlib import resources
 import numpy as np
 import yaml
 
-from sim.config import DTYPE_BYTES, HardwareConfig, ModelConfig
+from sim.config import HardwareConfig, ModelConfig
+from sim.cost.attention import AttentionOps
 from sim.cost.base import OperatorCost, StepCost
-from sim.cost.operators import (
-    Efficiency,
-    attention_time,
-    comm_time,
-    decode_attention_work,
-    gemm_time,
-    gemm_work,
-    prefill_attention_work,
-)
+from sim.cost.layers import head_ops, layer_token_ops
+from sim.cost.layout import ATTENTION_KINDS, FFN_KINDS, LayerCounts, PerGpu, stage_layer_counts
+from sim.cost.moe import expert_efficiency_key, expert_math_dtype
+from sim.cost.operators import Efficiency
+from sim.cost.pipeline import makespan, micro_batches, send_ops
+from sim.cost.pricing import Pricer
 from sim.errors import ConfigError
 
-ELEMENTWISE_KERNELS_PER_LAYER = 4  # add+norm ×2, rotary, SiLU·mul
+BOUND_INDEX = {"compute": 0, "memory": 1, "comm": 2}
 
 
 def load_calibration(name: str, backend: str,
@@ -54,168 +51,213 @@ def load_calibration(name: str, backend: str,
     return Efficiency.from_dict(doc["parameters"]), doc
 
 
+def _parts(ops) -> np.ndarray:
+    """(compute, memory, comm) time of a list of operators."""
+    out = np.zeros(3)
+    for op in ops:
+        out[BOUND_INDEX[op.bound]] += op.time_s
+    return out
+
+
+def _kernel_parts(kernels, k: int) -> np.ndarray:
+    """(compute, memory, comm) × k steps of per-step kernels."""
+    out = np.zeros((3, k))
+    for kern in kernels:
+        compute = np.where(kern.compute_bound, kern.time, 0.0)
+        out[0] += compute
+        out[1] += kern.time - compute  # exact: t − t or t − 0
+    return out
+
+
+def merge(ops: list[OperatorCost]) -> list[OperatorCost]:
+    """One row per operator name, in order of first appearance, totals summed; the bound is
+    that of the largest contribution."""
+    rows: dict[str, list[OperatorCost]] = {}
+    for op in ops:
+        rows.setdefault(op.name, []).append(op)
+    out = []
+    for name, group in rows.items():
+        top = max(group, key=lambda o: o.time_s)
+        out.append(OperatorCost(name, sum(o.count for o in group), sum(o.flops for o in group),
+                                sum(o.bytes for o in group), sum(o.time_s for o in group),
+                                top.bound, top.dtype))
+    return out
+
+
 class RooflineCostModel:
-    """Step time of a dense decoder replica from per-operator rooflines (see module doc)."""
+    """Step time of one replica on ``tp × pp`` GPUs from per-operator rooflines (module doc).
+
+    ``ep`` is 1 (experts tensor-parallel) or ``tp`` (experts spread over the group).
+    """
 
     def __init__(self, model: ModelConfig, hw: HardwareConfig, tp: int, kv_bytes: int,
-                 eff: Efficiency, host_overhead_s: float, host_per_seq_s: float) -> None:
-        self.model, self.hw, self.tp, self.eff = model, hw, tp, eff
+                 eff: Efficiency, host_overhead_s: float, host_per_seq_s: float,
+                 pp: int = 1, ep: int = 1) -> None:
+        self.model, self.hw, self.tp, self.pp, self.ep, self.eff = model, hw, tp, pp, ep, eff
         self.kv_bytes = kv_bytes
-        if model.dtype == "fp8" and not hw.fp8_flops:
-            raise ConfigError("model.dtype", "fp8", f"{hw.name} has no FP8 tensor cores")
-        for dtype in {model.dtype, "bfloat16"}:
-            if dtype not in eff.gemm:
-                raise ConfigError("model.dtype", dtype,
-                                  f"no calibrated GEMM efficiency; have {sorted(eff.gemm)}")
-        # Transformer-layer GEMMs run in the checkpoint's dtype; the LM head (kept in bf16 by
-        # FP8 checkpoints) and attention (the KV cache is read into bf16 math) run in bf16.
-        self.layer_dtype = model.dtype
         self.host_overhead_s, self.host_per_seq_s = host_overhead_s, host_per_seq_s
-        self.heads = model.num_attention_heads // tp
-        self.kv_heads = max(1, model.num_key_value_heads // tp)
-        self._linear_cache: dict[tuple[int, int], tuple[float, float, float]] = {}
+        self.p = Pricer(hw, eff)
+        self.g = PerGpu.of(model, tp, ep, kv_bytes)
+        for dtype in (model.dtype, "bfloat16"):
+            self.p.check_dtype("model.dtype", model.dtype, dtype, eff.gemm)
+        if model.num_experts:
+            self.p.check_dtype("model.moe_dtype", self.g.expert_dtype,
+                               expert_efficiency_key(self.g, eff.moe), eff.moe)
+            self.p.check_dtype("model.moe_dtype", self.g.expert_dtype,
+                               expert_math_dtype(self.g), eff.gemm)
+        self.att = AttentionOps(self.p, self.g)
+        self.stages: list[LayerCounts] = stage_layer_counts(model, pp)
+        self.attention_kinds = [k for k in ATTENTION_KINDS if any(s.of(k) for s in self.stages)]
+        # per stage: (attention kind, layers of it) with at least one layer
+        self._stage_attention = [[(k, s.of(k)) for k in self.attention_kinds if s.of(k)]
+                                 for s in self.stages]
+        self._token_parts: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._head_parts: dict[tuple[int, int], np.ndarray] = {}
+        self._sends: dict[int, float] = {}
 
-    # ---- operators -------------------------------------------------------------------
-    def _peak(self, dtype: str) -> float:
-        return self.hw.fp8_flops if dtype == "fp8" else self.hw.bf16_flops
+    # ---- cached pieces (only their (compute, memory, comm) totals are kept) -------------------
+    def _stage_token_parts(self, T: int, S: int) -> list[np.ndarray]:
+        """(compute, memory, comm) of each stage's token-count operators."""
+        key = (T, S)
+        if key not in self._token_parts:
+            ops = layer_token_ops(self.p, self.g, self.hw, T, S)
+            per_kind = {kind: _parts(ops[kind]) for kind in ops}
+            stages = []
+            for counts in self.stages:
+                total = np.zeros(3)
+                for kind in ATTENTION_KINDS + FFN_KINDS:
+                    if counts.of(kind):
+                        total = total + counts.of(kind) * per_kind[kind]
+                stages.append(total)
+            self._token_parts[key] = stages
+        return self._token_parts[key]
 
-    def _gemm(self, name: str, count: int, m: int, n: int, k: int,
-              dtype: str | None = None) -> OperatorCost:
-        dtype = dtype or self.layer_dtype
-        f, b = gemm_work(m, n, k, DTYPE_BYTES[dtype])
-        t, cb = gemm_time(self.eff.gemm[dtype], m, n, k, self._peak(dtype),
-                          self.hw.hbm_bandwidth, DTYPE_BYTES[dtype], num_sms=self.hw.num_sms)
-        return OperatorCost(name, count, count * f, count * b, count * float(t),
-                            "compute" if cb else "memory")
+    def _head(self, T: int, S: int) -> np.ndarray:
+        key = (T, S)
+        if key not in self._head_parts:
+            pre, post = head_ops(self.p, self.g, self.hw, T, S)
+            self._head_parts[key] = _parts(pre + post)
+        return self._head_parts[key]
 
-    def _elementwise(self, name: str, count: int, nbytes: float, kernels: int) -> OperatorCost:
-        e = self.eff
-        t = nbytes / (self.hw.hbm_bandwidth * e.elementwise_eta_memory)
-        t += kernels * e.elementwise_launch_s
-        return OperatorCost(name, count, 0.0, count * nbytes, count * t, "memory")
+    def _send_time(self, tokens: int) -> float:
+        """Sends of a ``tokens``-token micro-batch along the pipeline's fill path."""
+        if tokens not in self._sends:
+            self._sends[tokens] = sum(op.time_s for op in send_ops(
+                self.p, self.hw, self.tp, self.pp, tokens, self.g.hidden))
+        return self._sends[tokens]
 
-    def _comm(self, name: str, count: int, t: float, nbytes: float) -> OperatorCost:
-        return OperatorCost(name, count, 0.0, count * nbytes, count * t, "comm")
-
-    def _linear_ops(self, T: int, S: int) -> list[OperatorCost]:
-        """Operators whose cost depends only on token and sequence counts."""
-        m, L, tp = self.model, self.model.num_hidden_layers, self.tp
-        h, d, inter = m.hidden_size, m.head_dim, m.intermediate_size // tp
-        e = self.eff
-        ops = [
-            self._elementwise("embedding", 1, 2.0 * T * h * 2, 1),
-            self._gemm("qkv_proj", L, T, (self.heads + 2 * self.kv_heads) * d, h),
-            self._gemm("o_proj", L, T, h, self.heads * d),
-            self._gemm("gate_up_proj", L, T, 2 * inter, h),
-            self._gemm("down_proj", L, T, h, inter),
-            self._elementwise(
-                "norm_rope_act", L,
-                2.0 * T * (8 * h + 2 * (self.heads + self.kv_heads) * d + 3 * inter),
-                ELEMENTWISE_KERNELS_PER_LAYER),
-            self._elementwise("final_norm", 1, 2.0 * T * 2 * h, 1),
-            self._elementwise("kv_cache_write", L,
-                              T * 2.0 * self.kv_heads * d * (2.0 + self.kv_bytes), 1),
-            self._gemm("lm_head", 1, S, m.vocab_size // tp, h, "bfloat16"),
-            self._elementwise("sampler", 1, 2.0 * S * m.vocab_size * 4, 2),
-        ]
-        if tp > 1:
-            ar_bytes = T * h * 2.0
-            link = self.hw.nvlink_bandwidth
-            ar = comm_time(e.comm["allreduce"], "allreduce", ar_bytes, tp, link)
-            # two per layer (attention and MLP outputs) and one of the vocab-parallel embedding
-            ops.append(self._comm("tp_allreduce", 2 * L + 1, float(ar), ar_bytes))
-            lg_bytes = S * m.vocab_size * 2.0
-            lg = comm_time(e.comm["allgather"], "allgather", lg_bytes, tp, link)
-            ops.append(self._comm("logits_allgather", 1, float(lg), lg_bytes))
+    # ---- attention of a micro-batch ---------------------------------------------------------
+    def _attention_ops(self, kind: str, n: np.ndarray, c: np.ndarray) -> list[OperatorCost]:
+        """One layer of ``kind``: prefill chunks and decode tokens of the micro-batch."""
+        decode = (n == 1) & (c > 0)
+        ops = []
+        if decode.any():
+            ops += [kern.op(0) for kern in self.att.decode(kind, c[decode], 1)]
+        if not decode.all():
+            ops += self.att.prefill(kind, n[~decode], c[~decode])
         return ops
 
-    def _attention_op(self, name: str, flops: float, nbytes: float, q_per_seq: float,
-                      num_seqs: int, kind) -> OperatorCost:
-        L = self.model.num_hidden_layers
-        t, cb = attention_time(kind, flops, nbytes, q_per_seq, num_seqs, self.hw.bf16_flops,
-                               self.hw.hbm_bandwidth)
-        return OperatorCost(name, L, L * flops, L * nbytes, L * float(t),
-                            "compute" if cb else "memory")
+    def _stages(self, tok: list[np.ndarray], att: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Each stage's (compute, memory, comm): token parts plus attention parts."""
+        out = []
+        for kinds, total in zip(self._stage_attention, tok, strict=True):
+            for kind, count in kinds:
+                total = total + count * att[kind]
+            out.append(total)
+        return out
 
-    def decode_attention(self, ctx_total, num_seqs: int):
-        """Decode attention time over all layers for ``num_seqs`` sequences holding
-        ``ctx_total`` cached tokens (array: one entry per step), and whether compute binds."""
-        f, b = decode_attention_work(ctx_total, num_seqs, self.heads, self.kv_heads,
-                                     self.model.head_dim, self.kv_bytes)
-        t, cb = attention_time(self.eff.attention_decode, f, b, 1.0, num_seqs,
-                               self.hw.bf16_flops, self.hw.hbm_bandwidth)
-        return self.model.num_hidden_layers * t, cb, f, b
-
-    def _prefill_attention(self, q: np.ndarray, ctx: np.ndarray) -> OperatorCost:
-        f, b = prefill_attention_work(q.astype(np.float64), ctx.astype(np.float64), self.heads,
-                                      self.kv_heads, self.model.head_dim, self.kv_bytes)
-        return self._attention_op("attn_prefill", float(f.sum()), float(b.sum()),
-                                  float(q.mean()), len(q), self.eff.attention_prefill)
-
-    def _attention_ops(self, n: np.ndarray, c: np.ndarray) -> list[OperatorCost]:
-        """Prefill-chunk and decode attention of the batch (one kernel each per layer)."""
+    def _micro_batch_parts(self, n: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
+        """Each stage's (compute, memory, comm) time for one micro-batch of a general step."""
         decode = (n == 1) & (c > 0)
         num_decode = int(np.count_nonzero(decode))
-        ops = []
-        if num_decode:
-            t, cb, f, b = self.decode_attention(np.array([float(c[decode].sum())]), num_decode)
-            L = self.model.num_hidden_layers
-            ops.append(OperatorCost("attn_decode", L, L * float(f[0]), L * float(b[0]),
-                                    float(t[0]), "compute" if cb[0] else "memory"))
-        if num_decode < len(n):
-            ops.append(self._prefill_attention(n[~decode], c[~decode]))
-        return ops
+        prefill = ~decode
+        att = {}
+        for kind in self.attention_kinds:
+            part = np.zeros(3)
+            if num_decode < len(n):
+                for op in self.att.prefill(kind, n[prefill], c[prefill]):
+                    part[BOUND_INDEX[op.bound]] += op.time_s
+            if num_decode:
+                for kern in self.att.decode(kind, c[decode], 1):
+                    part[0 if kern.compute_bound[0] else 1] += kern.time[0]
+            att[kind] = part
+        return self._stages(self._stage_token_parts(int(n.sum()), len(n)), att)
 
-    def _linear(self, T: int, S: int) -> tuple[float, float, float]:
-        key = (T, S)
-        lin = self._linear_cache.get(key)
-        if lin is None:
-            lin = _split(self._linear_ops(T, S))
-            self._linear_cache[key] = lin
-        return lin
+    def _window_parts(self, c: np.ndarray, k: int) -> list[np.ndarray]:
+        """Each stage's (3, k) time for one decode-only micro-batch over k steps."""
+        S = len(c)
+        att = {kind: _kernel_parts(self.att.decode(kind, c, k), k)
+               for kind in self.attention_kinds}
+        tok = [t[:, None] for t in self._stage_token_parts(S, S)]
+        return self._stages(tok, att)
+
+    def _finish(self, layers, S: int, head: np.ndarray, send_s):
+        """(time, compute, memory, comm, host) of a step from its layers' and head's parts."""
+        compute = head[0] + layers[0]
+        memory = head[1] + layers[1]
+        comm = head[2] + layers[2] + send_s
+        host = self.host_overhead_s + self.host_per_seq_s * S
+        return compute + memory + comm + host, compute, memory, comm, host
 
     # ---- the CostModel interface ---------------------------------------------------------
-    def breakdown(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> list[OperatorCost]:
-        """Every operator of the step, plus the host overhead as a pseudo-operator."""
+    def step_cost(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> StepCost:
+        """Step time and its split by bound (decode-only steps share decode_window's path)."""
         n, c = np.asarray(new_tokens), np.asarray(context_tokens)
         T, S = int(n.sum()), len(n)
-        ops = self._linear_ops(T, S) + self._attention_ops(n, c)
-        host = self.host_overhead_s + self.host_per_seq_s * S
-        return ops + [OperatorCost("host_overhead", 1, 0.0, 0.0, host, "host")]
-
-    def step_cost(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> StepCost:
-        """Step time: cached token-count operators + this batch's attention + host."""
-        T, S = int(new_tokens.sum()), len(new_tokens)
-        if T == S and context_tokens.min() > 0:  # decode only: same arithmetic as a window
-            w = self.decode_window(context_tokens, 1)
+        if T == S and c.min() > 0:
+            w = self.decode_window(c, 1)
             return StepCost(*(float(a[0]) for a in w))
-        lin = self._linear(T, S)
-        att = _split(self._attention_ops(new_tokens, context_tokens))
-        host = self.host_overhead_s + self.host_per_seq_s * S
-        compute, memory, comm = lin[0] + att[0], lin[1] + att[1], lin[2] + att[2]
-        return StepCost(compute + memory + comm + host, compute, memory, comm, host)
+        if self.pp == 1:
+            layers, send_s = self._micro_batch_parts(n, c)[0], 0.0
+        else:
+            mbs = micro_batches(S, self.pp)
+            parts = [[p[:, None] for p in self._micro_batch_parts(n[mb], c[mb])] for mb in mbs]
+            layers = makespan(parts, self.pp)[0][:, 0]
+            send_s = self._send_time(max(int(n[mb].sum()) for mb in mbs))
+        return StepCost(*(float(a) for a in self._finish(layers, S, self._head(T, S), send_s)))
 
     def decode_window(self, context_tokens: np.ndarray, k: int):
         """Costs of ``k`` consecutive decode-only steps of the same sequences.
 
-        Each step every sequence adds one token, so step j attends over
-        ``sum(context_tokens) + j·S`` cached tokens. Returns arrays (time, compute, memory,
-        comm, host) of length k.
+        Each step every sequence adds one token, so step j sees ``context_tokens + j`` cached
+        tokens (capped at the window on sliding layers, ignored on linear ones). Returns
+        arrays (time, compute, memory, comm, host) of length k.
         """
-        S = len(context_tokens)
-        lin = self._linear(S, S)
-        ctx = float(context_tokens.sum()) + S * np.arange(k, dtype=np.float64)
-        att, cb, _, _ = self.decode_attention(ctx, S)
-        host = np.full(k, self.host_overhead_s + self.host_per_seq_s * S)
-        compute = lin[0] + np.where(cb, att, 0.0)
-        memory = lin[1] + np.where(cb, 0.0, att)
-        comm = np.full(k, lin[2])
-        return compute + memory + comm + host, compute, memory, comm, host
+        c = np.asarray(context_tokens)
+        S = len(c)
+        if self.pp == 1:
+            layers, send_s = self._window_parts(c, k)[0], 0.0
+        else:
+            mbs = micro_batches(S, self.pp)
+            layers = makespan([self._window_parts(c[mb], k) for mb in mbs], self.pp)[0]
+            send_s = self._send_time(len(c[mbs[0]]))
+        time, compute, memory, comm, host = self._finish(layers, S, self._head(S, S), send_s)
+        return time, compute, memory, comm, np.full(k, host)
 
-
-def _split(ops: list[OperatorCost]) -> tuple[float, float, float]:
-    """(compute-bound, memory-bound, comm) time of a list of operators."""
-    parts = {"compute": 0.0, "memory": 0.0, "comm": 0.0}
-    for op in ops:
-        parts[op.bound] += op.time_s
-    return parts["compute"], parts["memory"], parts["comm"]
+    def breakdown(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> list[OperatorCost]:
+        """Every operator of the step on one GPU of the busiest pipeline stage, plus the
+        pipeline's sends and bubble (its idle time) and the host overhead, as pseudo-operators;
+        their times add up to ``step_cost``."""
+        n, c = np.asarray(new_tokens), np.asarray(context_tokens)
+        T, S = int(n.sum()), len(n)
+        mbs = micro_batches(S, self.pp)
+        per_stage = [[] for _ in self.stages]
+        for mb in mbs:
+            tok = layer_token_ops(self.p, self.g, self.hw, int(n[mb].sum()), len(n[mb]))
+            att = {kind: self._attention_ops(kind, n[mb], c[mb]) for kind in self.attention_kinds}
+            for s, counts in enumerate(self.stages):
+                for kind in ATTENTION_KINDS + FFN_KINDS:
+                    if counts.of(kind):
+                        ops = tok[kind] + att.get(kind, [])
+                        per_stage[s] += [op.scaled(counts.of(kind)) for op in ops]
+        busiest = max(per_stage, key=lambda ops: sum(op.time_s for op in ops))
+        pre, post = head_ops(self.p, self.g, self.hw, T, S)
+        ops = merge(pre + busiest + post)
+        step = self.step_cost(n, c)
+        if self.pp > 1:
+            ops += merge(send_ops(self.p, self.hw, self.tp, self.pp,
+                                  max(int(n[mb].sum()) for mb in mbs), self.g.hidden))
+            split = np.array([step.compute_s, step.memory_s, step.comm_s]) - _parts(ops)
+            bound = ("compute", "memory", "comm")[int(np.argmax(split))]
+            ops.append(OperatorCost("pp_bubble", 1, 0.0, 0.0, float(split.sum()), bound))
+        return ops + [OperatorCost("host_overhead", 1, 0.0, 0.0, step.host_s, "host")]

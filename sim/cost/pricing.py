@@ -1,0 +1,118 @@
+"""One GPU's roofline prices of single operator runs: GEMMs, attention kernels, MoE experts,
+elementwise kernels and collectives, each through the calibrated time functions of
+``sim.cost.operators``.
+
+Every method returns one run (``count = 1``) as an ``OperatorCost``; callers scale it by the
+number of layers. Attention-like kernels can also be priced over arrays (one entry per decode
+step of a window) as a ``Kernel``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config import DTYPE_BYTES, HardwareConfig
+from sim.cost.base import OperatorCost
+from sim.cost.operators import (
+    Efficiency,
+    attention_time,
+    comm_time,
+    gemm_time,
+    gemm_work,
+    moe_time,
+)
+from sim.errors import ConfigError
+
+ACT_BYTES = 2.0  # activations stay bf16/fp16, also with FP8 weights
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One attention-like kernel per layer, priced for each step of a decode window."""
+
+    name: str
+    flops: np.ndarray
+    bytes: np.ndarray
+    time: np.ndarray
+    compute_bound: np.ndarray
+    dtype: str = "bfloat16"
+
+    def op(self, step: int = 0) -> OperatorCost:
+        """Step ``step`` of the window as a single-run operator."""
+        return OperatorCost(self.name, 1, float(self.flops[step]), float(self.bytes[step]),
+                            float(self.time[step]),
+                            "compute" if self.compute_bound[step] else "memory", self.dtype)
+
+
+def moe_work(num_tokens, hidden: int, inter: int, topk: int, distinct, w_bytes: float):
+    """FLOPs and bytes of the routed experts as ``moe_time`` prices them: 2·3·hidden·inter
+    FLOPs per token-expert pair; the touched experts' gate/up and down weights read once; each
+    pair's input, gate/up output, activation and output moved in bf16."""
+    pairs = np.asarray(num_tokens, dtype=np.float64) * topk
+    flops = 2.0 * pairs * hidden * 3 * inter
+    nbytes = distinct * 3.0 * hidden * inter * w_bytes + pairs * (4 * hidden + 6 * inter)
+    return flops, nbytes
+
+
+class Pricer:
+    """Prices single operator runs on one GPU of ``hw`` with efficiencies ``eff``."""
+
+    def __init__(self, hw: HardwareConfig, eff: Efficiency) -> None:
+        self.hw, self.eff = hw, eff
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s of the tensor cores for ``dtype``."""
+        return self.hw.fp8_flops if dtype == "fp8" else self.hw.bf16_flops
+
+    def check_dtype(self, field: str, value: str, dtype: str, table: dict) -> None:
+        """Refuse a math dtype the GPU lacks or the calibration has no efficiency for."""
+        if dtype == "fp8" and not self.hw.fp8_flops:
+            raise ConfigError(field, value, f"{self.hw.name} has no FP8 tensor cores")
+        if dtype not in table:
+            raise ConfigError(field, value, f"no calibrated efficiency for {dtype}; "
+                              f"have {sorted(table)}")
+
+    def gemm(self, name: str, m, n: int, k: int, dtype: str) -> OperatorCost:
+        """C[m,n] = A[m,k]·B[k,n] with weights (B) in ``dtype``."""
+        f, b = gemm_work(m, n, k, DTYPE_BYTES[dtype])
+        t, cb = gemm_time(self.eff.gemm[dtype], m, n, k, self.peak(dtype),
+                          self.hw.hbm_bandwidth, DTYPE_BYTES[dtype], num_sms=self.hw.num_sms)
+        return OperatorCost(name, 1, float(f), float(b), float(t),
+                            "compute" if cb else "memory", dtype)
+
+    def elementwise(self, name: str, nbytes: float, kernels: int) -> OperatorCost:
+        """Memory-bound kernels (norms, rotary, activations, cache writes) moving ``nbytes``."""
+        e = self.eff
+        t = nbytes / (self.hw.hbm_bandwidth * e.elementwise_eta_memory)
+        t += kernels * e.elementwise_launch_s
+        return OperatorCost(name, 1, 0.0, float(nbytes), float(t), "memory")
+
+    def comm(self, name: str, kind: str, nbytes: float, gpus: int, link_bw: float,
+             extra_latency_s: float = 0.0) -> OperatorCost:
+        """One collective of ``kind`` moving a message of ``nbytes`` among ``gpus`` GPUs."""
+        t = comm_time(self.eff.comm[kind], kind, nbytes, gpus, link_bw) + extra_latency_s
+        return OperatorCost(name, 1, 0.0, float(nbytes), float(t), "comm")
+
+    def attention(self, name: str, flops: np.ndarray, nbytes: np.ndarray, q_per_seq,
+                  num_seqs: int, prefill: bool) -> Kernel:
+        """An attention-like kernel at the bf16 peak; ``flops`` and ``nbytes`` are arrays of
+        one shape (one entry per step)."""
+        e = self.eff.attention_prefill if prefill else self.eff.attention_decode
+        t, cb = attention_time(e, flops, nbytes, q_per_seq, num_seqs, self.hw.bf16_flops,
+                               self.hw.hbm_bandwidth)
+        return Kernel(name, flops, nbytes, t, cb)
+
+    def experts(self, name: str, num_tokens, hidden: int, inter: int, num_experts: int,
+                topk: int, distinct, dtype: str, w_bytes: float,
+                eff_key: str | None = None) -> OperatorCost:
+        """Routed experts' grouped GEMMs: ``num_tokens·topk`` pairs on ``num_experts`` local
+        experts of which ``distinct`` are touched; math at the peak of ``dtype``, weights of
+        ``w_bytes``, efficiency ``eff.moe[eff_key]`` (default: that of ``dtype``)."""
+        t, cb = moe_time(self.eff.moe[eff_key or dtype], num_tokens, hidden, inter, num_experts,
+                         topk, distinct, self.peak(dtype), self.hw.hbm_bandwidth, w_bytes,
+                         self.hw.num_sms)
+        f, b = moe_work(num_tokens, hidden, inter, topk, distinct, w_bytes)
+        return OperatorCost(name, 1, float(f), float(b), float(t),
+                            "compute" if cb else "memory", dtype)
