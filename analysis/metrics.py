@@ -52,7 +52,8 @@ def meets_slo(lat: pd.DataFrame, slo) -> pd.Series:
 
 
 def summarize(records: Records, slo=None) -> dict:
-    """All summary metrics of one run, as a flat JSON-ready dict."""
+    """All summary metrics of one run, as a flat JSON-ready dict (``classes``, when the
+    requests have a ``request_class``, nests the same latency metrics per class)."""
     req, tl = records.requests, records.timeline
     lat = per_request_latencies(req)
     completed = len(lat)
@@ -75,8 +76,7 @@ def summarize(records: Records, slo=None) -> dict:
         "output_throughput": per_s(out_tokens),
         "total_token_throughput": per_s(in_tokens + out_tokens),
     }
-    for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
-        s.update(_stats(name, lat[name].to_numpy(float)))
+    s.update(_latency_stats(lat))
     itl = records.itl
     s["mean_itl_ms"] = itl.total / itl.count * 1e3 if itl.count else float("nan")
     for label, q in PERCENTILES:
@@ -87,7 +87,8 @@ def summarize(records: Records, slo=None) -> dict:
         s["slo_attainment"] = (
             good / (completed + rejected) if completed + rejected else float("nan")
         )
-    s["num_preemptions"] = int(req["num_preemptions"].sum())
+    s.update(kv_metrics(req, records.meta))
+    s.update(cluster_metrics(req, records.meta))
     s.update(step_metrics(tl, records.meta))
     s.update(
         {
@@ -96,11 +97,97 @@ def summarize(records: Records, slo=None) -> dict:
             if k in records.meta
         }
     )
+    if "request_class" in req:
+        s["classes"] = class_metrics(req, slo, per_s)
     return s
 
 
+def _latency_stats(lat: pd.DataFrame) -> dict:
+    d = {}
+    for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
+        d.update(_stats(name, lat[name].to_numpy(float)))
+    return d
+
+
+def _column_sum(req: pd.DataFrame, col: str) -> int:
+    return int(req[col].sum()) if col in req else 0
+
+
+def kv_metrics(req: pd.DataFrame, meta: dict) -> dict:
+    """Preemptions, swaps and the prefix-cache hit rate: the share of completed requests'
+    prompt tokens served from the cache (None when prefix caching is off)."""
+    hit = float("nan")
+    if meta.get("prefix_caching") and "cached_tokens" in req:
+        done = req[req["status"] == "completed"]
+        prompt = int(done["input_tokens"].sum())
+        hit = int(done["cached_tokens"].sum()) / prompt if prompt else float("nan")
+    return {"num_preemptions": _column_sum(req, "num_preemptions"),
+            "num_swaps": _column_sum(req, "num_swaps"),
+            "prefix_cache_hit_rate": hit}
+
+
+def cluster_metrics(req: pd.DataFrame, meta: dict) -> dict:
+    """Replicas, failures and retries, availability, and KV transfers of a disaggregated
+    run."""
+    n = int(meta.get("num_replicas", 1))
+    d = {"num_replicas": n,
+         "num_failures": int(meta.get("num_failures", 0)),
+         "retried_requests": int((req["num_retries"] > 0).sum()) if "num_retries" in req else 0,
+         "num_retries": _column_sum(req, "num_retries")}
+    span = meta.get("sim_time_s", 0.0)
+    down = meta.get("replica_downtime_s", 0.0)
+    d["availability"] = 1.0 - down / (n * span) if span else float("nan")
+    if "kv_transfer_end_s" in req and req["kv_transfer_end_s"].notna().any():
+        ms = ((req["kv_transfer_end_s"] - req["kv_transfer_start_s"]) * 1e3).dropna()
+        d["mean_kv_transfer_ms"] = float(ms.mean())
+        d["p99_kv_transfer_ms"] = float(np.percentile(ms, 99))
+    return d
+
+
+def class_metrics(req: pd.DataFrame, slo, per_s) -> dict:
+    """Per request class: counts, latency statistics, goodput under ``slo`` and, when requests
+    carry their own ``ttft_slo_ms``, the share that met it (rejections count as misses)."""
+    out = {}
+    for name, rows in req.groupby("request_class", sort=True):
+        lat = per_request_latencies(rows)
+        completed, rejected = len(lat), int((rows["status"] == "rejected").sum())
+        d = {"completed": completed, "rejected": rejected,
+             "request_throughput": per_s(completed)}
+        d.update(_latency_stats(lat))
+        total = completed + rejected
+        if slo_is_set(slo):
+            good = int(meets_slo(lat, slo).sum())
+            d["request_goodput"] = per_s(good)
+            d["slo_attainment"] = good / total if total else float("nan")
+        if "ttft_slo_ms" in rows:
+            target = rows.loc[lat.index, "ttft_slo_ms"]
+            met = int((lat["ttft_ms"] <= target.fillna(np.inf)).sum())
+            d["ttft_slo_attainment"] = met / total if total else float("nan")
+        out[str(name)] = d
+    return out
+
+
+def step_rows(tl: pd.DataFrame) -> pd.DataFrame:
+    """The engine steps of a timeline (without the KV-transfer rows of a disaggregated run)."""
+    return tl[tl["kind"] == 0] if "kind" in tl else tl
+
+
+def kv_usage(tl: pd.DataFrame, meta: dict) -> np.ndarray | None:
+    """Per timeline row, the fraction of its replica's KV blocks in use (None if unknown)."""
+    blocks = meta.get("replica_num_gpu_blocks")
+    if blocks is not None and "replica" in tl:
+        cap = np.asarray(blocks, float)[tl["replica"].to_numpy()]
+    elif meta.get("num_gpu_blocks"):
+        cap = float(meta["num_gpu_blocks"])
+    else:
+        return None
+    return tl["kv_blocks_used"].to_numpy() / cap
+
+
 def step_metrics(tl: pd.DataFrame, meta: dict) -> dict:
-    """What the engine steps looked like: batch size, KV usage, and which roof bound them."""
+    """What the engine steps looked like: batch size, KV usage, and which roof bound them.
+    Means are weighted by step time over every replica's steps."""
+    tl = step_rows(tl)
     if not len(tl):
         return {"num_steps": 0}
     w = tl["step_time_s"].to_numpy()
@@ -110,8 +197,8 @@ def step_metrics(tl: pd.DataFrame, meta: dict) -> dict:
         "mean_batch_size": float(np.average(tl["batch_size"], weights=w)),
         "mean_step_time_ms": float(w.mean() * 1e3),
     }
-    if meta.get("num_gpu_blocks"):
-        usage = tl["kv_blocks_used"].to_numpy() / meta["num_gpu_blocks"]
+    usage = kv_usage(tl, meta)
+    if usage is not None:
         d["mean_kv_usage"] = float(np.average(usage, weights=w))
         d["max_kv_usage"] = float(usage.max())
     for b in BOUNDS:

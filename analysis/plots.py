@@ -10,7 +10,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from analysis.metrics import per_request_latencies
+from analysis.metrics import kv_usage, per_request_latencies, step_rows
 from sim.cost.base import BOUNDS
 from sim.records import Records
 
@@ -51,20 +51,61 @@ def plot_latency_ecdfs(records: Records, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def queue_by_class(requests: pd.DataFrame, times: np.ndarray) -> pd.DataFrame:
+    """Requests waiting for their first step (arrived, not yet scheduled) at each of
+    ``times``, per ``request_class`` (one class ``all`` without classes)."""
+    req = requests[requests["first_scheduled_s"].notna()]
+    classes = req["request_class"].astype(str) if "request_class" in req else None
+    frames = []
+    for name, rows in (req.groupby(classes, sort=True) if classes is not None
+                       else [("all", req)]):
+        arrived = np.searchsorted(np.sort(rows["arrival_s"].to_numpy()), times, side="right")
+        started = np.searchsorted(np.sort(rows["first_scheduled_s"].to_numpy()), times,
+                                  side="right")
+        frames.append(pd.DataFrame({"time_s": times, "waiting": arrived - started,
+                                    "class": name}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _per_replica(tl: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Binned timeline columns, one series per replica."""
+    if "replica" not in tl:
+        return _binned(tl, columns).assign(replica=0)
+    groups = list(tl.groupby("replica", sort=True))
+    points = max(200, MAX_POINTS // max(len(groups), 1))
+    return pd.concat([_binned(g, columns, points).assign(replica=r) for r, g in groups],
+                     ignore_index=True)
+
+
 def plot_timeline(records: Records, path: Path) -> None:
-    """Batch size, KV-cache usage and waiting queue length over simulated time."""
-    tl = records.timeline.copy()
-    blocks = records.meta.get("num_gpu_blocks") or 1
-    tl["kv_usage_pct"] = tl["kv_blocks_used"] / blocks * 100
-    tl = _binned(tl, ["batch_size", "kv_usage_pct", "queue_length"])
+    """Per replica, batch size and KV-cache usage over simulated time (replica failures
+    shaded); the requests waiting for their first step, per class."""
+    tl = step_rows(records.timeline).copy()
+    usage = kv_usage(tl, records.meta)
+    tl["kv_usage_pct"] = usage * 100 if usage is not None else 0.0
+    series = _per_replica(tl, ["batch_size", "kv_usage_pct"])
+    pools = records.meta.get("replica_pools")
+    names = {r: f"{pools[r]} {r}" if pools and len(set(pools)) > 1 else str(r)
+             for r in series["replica"].unique()}
+    series["replica"] = series["replica"].map(names)
+    many = len(names) > 8
     fig = Figure(figsize=(10, 7))
     axes = fig.subplots(3, 1, sharex=True)
     for ax, col, label in ((axes[0], "batch_size", "batch size (seqs)"),
-                           (axes[1], "kv_usage_pct", "KV cache used (%)"),
-                           (axes[2], "queue_length", "waiting requests")):
-        sns.lineplot(data=tl, x="time_s", y=col, ax=ax, linewidth=0.8)
+                           (axes[1], "kv_usage_pct", "KV cache used (%)")):
+        sns.lineplot(data=series, x="time_s", y=col, hue="replica", ax=ax, linewidth=0.8,
+                     estimator=None, errorbar=None, legend=not many,
+                     palette="viridis" if many else "tab10")
         ax.set_ylabel(label)
+        for f in records.meta.get("failures", []):  # a replica down: shaded, lines bridge it
+            end = f["up_s"] if f["up_s"] is not None else records.meta.get("sim_time_s")
+            ax.axvspan(f["down_s"], end, color="grey", alpha=0.15, linewidth=0)
     axes[1].set_ylim(0, 105)
+    span = (tl["time_s"].min(), (tl["time_s"] + tl["step_time_s"]).max())
+    queue = queue_by_class(records.requests, np.linspace(*span, MAX_POINTS))
+    sns.lineplot(data=queue, x="time_s", y="waiting", hue="class", ax=axes[2], linewidth=0.8,
+                 estimator=None, errorbar=None)
+    axes[2].set_ylabel("waiting requests")
     axes[2].set_xlabel("simulated time (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -72,7 +113,7 @@ def plot_timeline(records: Records, path: Path) -> None:
 
 def plot_bound_share(records: Records, path: Path) -> None:
     """Share of step time bound by compute, memory, communication and host, over time."""
-    tl = records.timeline
+    tl = step_rows(records.timeline)
     cols = [f"{b}_s" for b in BOUNDS]
     fig = Figure(figsize=(11, 4))
     ax0, ax1 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 3]})
@@ -97,7 +138,7 @@ def write_plots(records: Records, outdir: Path) -> list[Path]:
     """All plots of one run into ``outdir``; returns their paths."""
     outdir = Path(outdir)
     paths = [outdir / "latency_ecdf.png", outdir / "timeline.png", outdir / "bound_share.png"]
-    if not len(records.timeline):
+    if not len(step_rows(records.timeline)):
         return []
     plot_latency_ecdfs(records, paths[0])
     plot_timeline(records, paths[1])

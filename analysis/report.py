@@ -14,6 +14,8 @@ import pandas as pd
 from sim.cost.base import BOUNDS
 from sim.records import Records
 
+KINDS = ("step", "kv_transfer")  # codes of the timeline's ``kind`` column
+
 
 def _atomic_write(path: Path, write) -> None:
     """Write through a temp file in the same folder, then rename over ``path``."""
@@ -43,6 +45,8 @@ def write_run(records: Records, summary: dict, outdir: Path) -> None:
     outdir.mkdir(parents=True, exist_ok=True)
     tl = records.timeline.copy()
     tl["bound"] = pd.Categorical.from_codes(tl["bound"].astype(int), categories=list(BOUNDS))
+    if "kind" in tl:
+        tl["kind"] = pd.Categorical.from_codes(tl["kind"].astype(int), categories=list(KINDS))
     _atomic_write(
         outdir / "requests.parquet", lambda p: records.requests.to_parquet(p, index=False)
     )
@@ -81,7 +85,27 @@ def format_summary(s: dict) -> str:
         ("Mean KV-cache usage", s.get("mean_kv_usage", float("nan"))),
         ("Preemptions", s["num_preemptions"]),
     ]
+    if s.get("num_swaps"):
+        rows.append(("Swaps", s["num_swaps"]))
+    hit = s.get("prefix_cache_hit_rate")
+    if hit is not None and not math.isnan(hit):
+        rows.append(("Prefix-cache hit rate", hit))
+    if s.get("num_replicas", 1) > 1:
+        rows.append(("Replicas", s["num_replicas"]))
+    if "mean_kv_transfer_ms" in s:
+        rows.append(("Mean KV transfer (ms)", s["mean_kv_transfer_ms"]))
+    if s.get("num_failures"):
+        rows += [("Replica failures", s["num_failures"]),
+                 ("Retried requests", s["retried_requests"]),
+                 ("Availability", s["availability"])]
     rows += [(f"Step time bound by {b}", s.get(f"{b}_bound_share", 0.0)) for b in BOUNDS]
+    for name, c in s.get("classes", {}).items():
+        rows += [(f"[{name}] completed / rejected", f"{c['completed']} / {c['rejected']}"),
+                 (f"[{name}] Mean TTFT (ms)", c["mean_ttft_ms"]),
+                 (f"[{name}] P99 TTFT (ms)", c["p99_ttft_ms"]),
+                 (f"[{name}] Mean TPOT (ms)", c["mean_tpot_ms"])]
+        if "ttft_slo_attainment" in c:
+            rows.append((f"[{name}] TTFT SLO attainment", c["ttft_slo_attainment"]))
     lines = ["{s:{c}^60}".format(s=" Serving Benchmark Result (simulated) ", c="=")]
     for label, v in rows:
         val = f"{v:.2f}" if isinstance(v, float) else str(v)

@@ -4,7 +4,8 @@ It takes the composed config and a request table (the contract of ``scenarios.bu
 columns ``arrival_time_s, input_tokens, output_tokens, client, think_time_s``; closed-loop
 follow-ups have a NaN arrival and are released ``think_time_s`` after the same client's previous
 request ends; optional columns ``priority``, ``ttft_slo_ms`` and ``request_class`` carry request
-classes) and returns ``Records``. It imports neither scenario readers nor analysis.
+classes, and ``hash_ids`` prefix-block hashes) and returns ``Records``. It imports neither
+scenario readers nor analysis.
 """
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.builders import ReplicaParts, build_replica_parts
+from sim.cluster import Cluster
 from sim.records import LogHistogram, Records
-from sim.replica import Replica
-from sim.state import REJECT_REASONS, REJECTED, TOO_BIG_FOR_CACHE, TOO_LONG, RequestTable
-
-STATUS_NAMES = np.array(["pending", "waiting", "running", "completed", "rejected"])
+from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable
 
 
 def _next_of_client(client: np.ndarray) -> np.ndarray:
@@ -36,23 +34,27 @@ def _next_of_client(client: np.ndarray) -> np.ndarray:
 
 
 class _Arrivals:
-    """Releases requests to the replica: open-loop at their times, closed-loop on completion."""
+    """Releases requests to the cluster: open-loop at their times, closed-loop on completion.
 
-    def __init__(self, env, table: RequestTable, replica: Replica, parts: ReplicaParts,
-                 client: np.ndarray, think: np.ndarray, progress) -> None:
-        self.env, self.table, self.replica, self.parts = env, table, replica, parts
+    ``done`` triggers when every request has ended (completed or rejected).
+    """
+
+    def __init__(self, env, table: RequestTable, cluster: Cluster, client: np.ndarray,
+                 think: np.ndarray, progress) -> None:
+        self.env, self.table, self.cluster = env, table, cluster
         self.think, self.next_of = think, _next_of_client(client)
         self.progress = progress
-        replica.on_complete = self.completed
-        replica.next_arrival = self.next_time
+        self.done = env.event()
+        self._ended = 0
+        cluster.on_done = self.completed
+        cluster.bind_arrivals(self.next_time)
         first = np.flatnonzero(~np.isnan(table.arrival))
         self.initial = first[np.argsort(table.arrival[first], kind="stable")]
         self.initial_times = table.arrival[self.initial].copy()
-        total = table.prompt + table.max_output
-        # the last output token is sampled, never cached: total − 1 tokens must fit
-        self.admissible = (total <= parts.max_model_len) & parts.kv.fits_alone(total - 1)
         self._cursor = 0  # index into initial of the next open-loop arrival
         self._delayed: list[tuple[float, int]] = []  # heap of pending (time, id) releases
+        if table.size == 0:
+            self.done.succeed()
         env.process(self._open_loop())
 
     def next_time(self) -> float:
@@ -74,19 +76,14 @@ class _Arrivals:
         self.release(rid)
 
     def release(self, rid: int) -> None:
-        """A request reaches the server now: refuse it with a reason, or queue it."""
-        now, t, p = self.env.now, self.table, self.parts
-        t.arrival[rid] = now
-        if self.admissible[rid]:
-            self.replica.submit(rid)
-        elif t.prompt[rid] + t.max_output[rid] > p.max_model_len:
-            self._reject(rid, TOO_LONG)
+        """A request reaches the server now: refuse it with a reason, or route it."""
+        self.table.arrival[rid] = self.env.now
+        reason = self.cluster.refusal[rid]
+        if reason:
+            self.table.reject(rid, int(reason), self.env.now)
+            self.completed(np.array([rid]), self.env.now)
         else:
-            self._reject(rid, TOO_BIG_FOR_CACHE)
-
-    def _reject(self, rid: int, reason: int) -> None:
-        self.table.reject(rid, reason, self.env.now)
-        self.completed(np.array([rid]), self.env.now)
+            self.cluster.submit(rid)
 
     def completed(self, ids: np.ndarray, now: float) -> None:
         """Requests ended (finished or rejected): release their clients' next requests."""
@@ -102,13 +99,17 @@ class _Arrivals:
                 heapq.heappush(self._delayed, (now + delay, nxt))
                 self.env.timeout(delay).callbacks.append(
                     lambda _e, r=nxt: self._release_delayed(r))
+        self._ended += len(ids)
+        if self._ended == self.table.size:
+            self.done.succeed()
 
 
 def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool = False) -> Records:
-    """Run one serving replica over ``requests`` and return its records.
+    """Run the configured cluster (one replica by default) over ``requests``; its records.
 
-    ``cfg`` is the composed config (model, hardware, scheduler, kv_cache, cluster, cost_model);
-    ``progress`` is an optional tqdm-like object updated by completed request counts.
+    ``cfg`` is the composed config (model, hardware, scheduler, kv_cache, cluster, cost_model;
+    ``seed`` picks the routing and failure streams); ``progress`` is an optional tqdm-like
+    object updated by completed request counts.
     """
     ttft_slo = requests["ttft_slo_ms"].to_numpy() * 1e-3 if "ttft_slo_ms" in requests else None
     table = RequestTable(requests["arrival_time_s"].to_numpy(),
@@ -119,34 +120,55 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
                          ttft_slo_s=ttft_slo)
     client = requests["client"].to_numpy(np.int64)
     think = requests["think_time_s"].to_numpy(np.float64)
+    hash_ids = requests["hash_ids"].to_numpy() if "hash_ids" in requests else None
     env = simpy.Environment()
     itl = LogHistogram(keep_samples=keep_itl_samples)
-    parts = build_replica_parts(cfg, table, itl)
-    replica = Replica(env, parts.scheduler, parts.cost_model, on_complete=lambda ids, now: None,
+    cluster = Cluster(env, cfg, table, itl, seed=getattr(cfg, "seed", 0), hash_ids=hash_ids,
                       fast_forward=bool(getattr(cfg, "fast_forward", True)))
-    _Arrivals(env, table, replica, parts, client, think, progress)
-    env.run()
-    frame = _request_frame(table, client)
+    arrivals = _Arrivals(env, table, cluster, client, think, progress)
+    try:
+        env.run(until=arrivals.done)
+    except RuntimeError as e:  # no event left while a request has not ended
+        stuck = np.flatnonzero(np.isnan(table.completion))
+        raise RuntimeError(f"simulation stalled with {len(stuck)} requests unfinished "
+                           f"(first: {stuck[:5].tolist()})") from e
+    frame = _request_frame(cluster, client)
     if "request_class" in requests:
         frame.insert(2, "request_class", requests["request_class"].to_numpy())
-    return Records(frame, replica.timeline.to_frame(), itl,
-                   dict(parts.meta, sim_time_s=float(env.now)))
+    if ttft_slo is not None:
+        frame["ttft_slo_ms"] = requests["ttft_slo_ms"].to_numpy(np.float64)
+    meta = cluster.meta(float(env.now))
+    meta.update(sim_time_s=float(env.now),
+                prefix_caching=bool(getattr(cluster.cfg.kv_cache, "prefix_caching", False)))
+    return Records(frame, cluster.timeline(), itl, meta)
 
 
-def _request_frame(t: RequestTable, client: np.ndarray) -> pd.DataFrame:
-    status = STATUS_NAMES[t.status]
+def _request_frame(cluster: Cluster, client: np.ndarray) -> pd.DataFrame:
+    t, pt, dis = cluster.table, cluster.prefill_table, cluster.disagg
+    status = np.array(STATUS_NAMES)[t.status]
+    nan = np.full(t.size, np.nan)
+
+    def both(col: str) -> np.ndarray:  # a count over the prefill and the decode side
+        return getattr(t, col) + getattr(pt, col) if pt is not None else getattr(t, col)
+
     return pd.DataFrame({
         "request_id": np.arange(t.size),
         "client": client,
-        "replica": np.zeros(t.size, np.int32),
+        "replica": t.replica,
+        "prefill_replica": pt.replica if pt is not None else np.full(t.size, -1, np.int32),
         "arrival_s": t.arrival,
         "first_scheduled_s": t.first_scheduled,
         "first_token_s": t.first_token,
         "completion_s": t.completion,
+        "kv_transfer_start_s": dis.start_s if dis is not None else nan,
+        "kv_transfer_end_s": dis.end_s if dis is not None else nan,
         "input_tokens": t.prompt,
         "output_tokens": t.max_output,
         "generated_tokens": t.generated,
-        "num_preemptions": t.preemptions,
+        "cached_tokens": both("cached_tokens"),
+        "num_preemptions": both("preemptions"),
+        "num_swaps": both("swaps"),
+        "num_retries": both("retries"),
         "priority": t.priority,
         "status": status,
         "reject_reason": np.where(t.status == REJECTED,

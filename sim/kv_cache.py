@@ -4,6 +4,10 @@ A request holding ``t`` tokens in the cache needs ``ceil(t / block_size)`` block
 are tracked: which physical block a request holds does not change any cost in this model.
 As in vLLM's ``BlockPool``, one of the ``num_gpu_blocks`` is the reserved null block, so
 ``num_gpu_blocks − 1`` can hold tokens.
+
+The per-request count ``held`` can be one array shared by every replica of a run
+(``share_held``): a request is on one replica at a time, and a cluster of 64 replicas must
+not keep 64 arrays the size of the request table.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ class PagedKVCache:
         self.block_size = int(block_size)
         self.free_blocks = self.num_blocks
         self.held = np.zeros(num_requests, np.int64)
+
+    def share_held(self, held: np.ndarray) -> None:
+        """Count blocks in ``held`` (one int64 per request, shared with other replicas of the
+        run) instead of this cache's own array; only while this cache holds nothing."""
+        if self.free_blocks != self.num_blocks:
+            raise RuntimeError("share_held on a cache that holds blocks")
+        self.held = held
 
     def blocks_for(self, num_tokens):
         """Blocks that hold ``num_tokens`` tokens."""

@@ -1,4 +1,10 @@
-"""One serving instance as a SimPy process: schedule → step time → update, forever."""
+"""One serving instance as a SimPy process: schedule → step time → update, forever.
+
+A replica can fail (``fail``: the step in progress is lost, the replica sleeps until
+``restart`` gives it a fresh scheduler) and a request routed to it during a fast-forwarded
+decode window cuts the window at the next step boundary, exactly where step-by-step
+simulation would first see the request.
+"""
 
 from __future__ import annotations
 
@@ -17,13 +23,26 @@ TIMELINE_COLUMNS = {
     "kv_blocks_used": "i8", "compute_s": "f8", "memory_s": "f8", "comm_s": "f8", "host_s": "f8",
     "bound": "i1",
 }
+FAIL, CUT = "fail", "cut"  # causes of an interrupt of the replica's process
+
+
+class _Window:
+    """A fast-forwarded run of decode steps in progress: its batch, start, step ends and
+    per-step costs, and whether an arrival may cut it short."""
+
+    __slots__ = ("batch", "start", "ends", "costs", "used", "cuttable")
+
+    def __init__(self, batch, start, ends, costs, used, cuttable) -> None:
+        self.batch, self.start, self.ends, self.costs = batch, start, ends, costs
+        self.used, self.cuttable = used, cuttable
 
 
 class Replica:
     """Runs batches of its scheduler back to back, sleeping while it has no work.
 
     ``on_complete(ids, now)`` is told of requests that finished in each step (the engine
-    uses it for closed-loop clients and progress).
+    uses it for closed-loop clients and progress). ``next_arrival()`` bounds decode windows
+    when the replica alone sees every arrival; otherwise arrivals cut windows as they come.
     """
 
     def __init__(self, env: simpy.Environment, scheduler: TokenBudgetScheduler,
@@ -33,79 +52,153 @@ class Replica:
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
         self.on_complete = on_complete
         self.next_arrival = next_arrival
+        self.sees_all_arrivals = False  # set when next_arrival() knows every submission
         self._joins: list[float] = []  # when requests joined the queue during a decode window
-        self._in_window = False
+        self._window: _Window | None = None
+        self._cut_pending = False
         self.fast_forward = fast_forward
         self.timeline = ColumnBuffer(TIMELINE_COLUMNS)
         self._wakeup: simpy.Event | None = None
+        self._repaired: simpy.Event | None = None
+        self.up = True
         self.process = env.process(self._run())
 
     def submit(self, rid: int) -> None:
         """Hand a request to this replica's scheduler, waking the replica if it sleeps."""
         self.scheduler.add_request(rid)
-        if self._in_window:
-            self._joins.append(self.env.now)
+        w = self._window
+        if w is not None:
+            now = self.env.now
+            self._joins.append(now)
+            if w.cuttable:
+                self._cut(w, now)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
+    def _cut(self, w: _Window, now: float) -> None:
+        """End the decode window at the first step boundary at or after ``now``."""
+        if (not self._cut_pending and int(np.searchsorted(w.ends, now)) < len(w.ends) - 1
+                and self.env.active_process is not self.process):
+            self._cut_pending = True
+            self.process.interrupt(CUT)
+
+    def kv_used_blocks(self) -> int:
+        """KV blocks in use now, also inside a decode window (whose allocations the scheduler
+        applies only at its end): those of the step running now, as step by step."""
+        w = self._window
+        if w is None:
+            return self.scheduler.kv.used_blocks
+        i = int(np.searchsorted(w.ends, self.env.now))
+        return int(w.used[min(i, len(w.ends) - 1)])
+
+    def fail(self) -> None:
+        """The replica goes down now: the steps of a decode window that ended by now count
+        (as they would have one by one), the step in progress is lost, and nothing is served
+        until ``restart``. Its unfinished requests are the caller's to re-route."""
+        self.up = False
+        w, self._window = self._window, None
+        if w is not None:
+            now = self.env.now
+            self._record_window(w, min(int(np.searchsorted(w.ends, now)) + 1, len(w.ends)))
+            ended = int(np.searchsorted(w.ends, now, side="right"))
+            if ended:
+                done = self.scheduler.update_window(w.batch, w.ends[:ended])
+                if len(done):
+                    self.on_complete(done, now)
+        self.process.interrupt(FAIL)
+
+    def restart(self, scheduler: TokenBudgetScheduler, cost_model: CostModel) -> None:
+        """The replica is back, empty, with a fresh scheduler (and KV cache)."""
+        self.scheduler, self.cost_model = scheduler, cost_model
+        self.up = True
+        self._repaired.succeed()
+
     def _run(self):
-        env, sched, kv = self.env, self.scheduler, self.scheduler.kv
+        env = self.env
         record = self.timeline.append
+        sched = self.scheduler
+        kv = sched.kv
         while True:
-            now = env.now
-            batch = sched.schedule(now)
-            if batch is None:
-                self._wakeup = env.event()
-                wake_at = sched.next_wakeup(now)
-                if wake_at < float("inf"):
-                    yield self._wakeup | env.timeout(max(0.0, wake_at - now))
-                else:
-                    yield self._wakeup
-                self._wakeup = None
-                continue
-            if self.fast_forward and sched.can_fast_forward(batch):
-                k = sched.decode_window_limit(batch)
-                if k > 1:
-                    yield from self._decode_window(batch, k)
+            try:
+                now = env.now
+                batch = sched.schedule(now)
+                if batch is None:
+                    self._wakeup = env.event()
+                    wake_at = sched.next_wakeup(now)
+                    if wake_at < float("inf"):
+                        yield self._wakeup | env.timeout(max(0.0, wake_at - now))
+                    else:
+                        yield self._wakeup
+                    self._wakeup = None
                     continue
-            cost = self.cost_model.step_cost(*batch.cost_shape())
-            scheduled = batch.num_tokens
-            prefill = batch.num_prefill_tokens
-            record(now, cost.time_s, len(batch.ids), scheduled, prefill, scheduled - prefill,
-                   batch.queue_length, kv.used_blocks, cost.compute_s, cost.memory_s,
-                   cost.comm_s, cost.host_s, BOUNDS.index(cost.bound))
-            yield env.timeout(cost.time_s)
-            done = sched.update(batch, env.now)
-            if len(done):
-                self.on_complete(done, env.now)
+                if self.fast_forward and sched.can_fast_forward(batch):
+                    k = sched.decode_window_limit(batch)
+                    if k > 1:
+                        yield from self._decode_window(batch, k)
+                        continue
+                cost = self.cost_model.step_cost(*batch.cost_shape())
+                scheduled = batch.num_tokens
+                prefill = batch.num_prefill_tokens
+                record(now, cost.time_s, len(batch.ids), scheduled, prefill,
+                       scheduled - prefill, batch.queue_length, kv.used_blocks, cost.compute_s,
+                       cost.memory_s, cost.comm_s, cost.host_s, BOUNDS.index(cost.bound))
+                yield env.timeout(cost.time_s)
+                done = sched.update(batch, env.now)
+                if len(done):
+                    self.on_complete(done, env.now)
+            except simpy.Interrupt:  # a failure: wait for the repair, then a fresh scheduler
+                self._window, self._cut_pending = None, False
+                self._joins.clear()
+                self._wakeup = None
+                self._repaired = env.event()
+                yield self._repaired
+                sched = self.scheduler
+                kv = sched.kv
 
     def _decode_window(self, batch, k: int):
         """Run up to ``k`` decode-only steps in one timeout (fast-forward).
 
         With an empty waiting queue, an arrival could join the batch at the next step
-        boundary, so the window stops at the first boundary at or after the next arrival.
+        boundary, so the window stops at the first boundary at or after the next arrival
+        (known in advance through ``next_arrival``, or cut when a request is submitted).
         """
         env, sched = self.env, self.scheduler
         now = env.now
-        time, compute, memory, comm, host = self.cost_model.decode_window(batch.context_tokens, k)
-        ends = np.cumsum(np.concatenate(([now], time)))[1:]
-        if not sched.waiting:
+        costs = self.cost_model.decode_window(batch.context_tokens, k)
+        ends = np.cumsum(np.concatenate(([now], costs[0])))[1:]
+        cuttable = not sched.waiting
+        if cuttable:
             k = min(k, int(np.searchsorted(ends, self.next_arrival(), side="left")) + 1)
             ends = ends[:k]
-        starts = np.concatenate(([now], ends[:-1]))
-        n = len(batch.ids)
+            # a replica told of every arrival in advance has nothing left to cut its window
+            cuttable = not self.sees_all_arrivals
         used = sched.kv.used_blocks + sched.block_growth(batch, k)
-        self._in_window = True
-        yield env.timeout(ends[-1] - now)
-        self._in_window = False
+        w = self._window = _Window(batch, now, ends, costs, used, cuttable)
+        while True:
+            try:
+                yield env.timeout(w.ends[-1] - env.now)
+                break
+            except simpy.Interrupt as stop:
+                if stop.cause != CUT:
+                    raise  # a failure: ``fail`` has settled the window
+                self._cut_pending = False
+                w.ends = w.ends[: int(np.searchsorted(w.ends, env.now)) + 1]
+        self._window = None
+        self._record_window(w, len(w.ends))
+        done = sched.update_window(batch, w.ends)
+        if len(done):
+            self.on_complete(done, env.now)
+
+    def _record_window(self, w: _Window, k: int) -> None:
+        """Timeline rows of the first ``k`` steps of a decode window."""
+        starts = np.concatenate(([w.start], w.ends[: k - 1]))
+        n = len(w.batch.ids)
         # queue length at each step start: the window's first, plus later joins by then
-        queue = np.full(k, batch.queue_length)
+        queue = np.full(k, w.batch.queue_length)
         if self._joins:
             queue[1:] += np.searchsorted(self._joins, starts[1:], side="right")
             self._joins.clear()
+        time, compute, memory, comm, host = w.costs
         bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
-        self.timeline.extend(k, starts, time[:k], n, n, 0, n, queue, used,
+        self.timeline.extend(k, starts, time[:k], n, n, 0, n, queue, w.used[:k],
                              compute[:k], memory[:k], comm[:k], host[:k], bound)
-        done = sched.update_window(batch, ends)
-        if len(done):
-            self.on_complete(done, env.now)

@@ -5,14 +5,19 @@ the engine knows of it (prompt + tokens generated so far) and ``computed`` how m
 are in the KV cache. A step that brings ``computed`` up to ``num_tokens`` samples one new
 token (vLLM semantics); a request finishes when it has generated ``max_output`` tokens.
 Preemption by recompute sets ``computed`` back to 0 and keeps the generated tokens.
+
+One table is shared by every replica of a run (a request is on one replica at a time);
+``replica`` says which one holds it, and a retry after a replica failure is a recompute on
+another replica, counted in ``retries``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# status codes
-PENDING, WAITING, RUNNING, FINISHED, REJECTED = range(5)
+# status codes; TRANSFERRING: prefilled, its KV cache on the way to a decode replica
+PENDING, WAITING, RUNNING, FINISHED, REJECTED, TRANSFERRING = range(6)
+STATUS_NAMES = ("pending", "waiting", "running", "completed", "rejected", "transferring")
 REJECT_REASONS = ("", "exceeds_max_model_len", "exceeds_kv_cache")
 TOO_LONG, TOO_BIG_FOR_CACHE = 1, 2  # indices into REJECT_REASONS
 
@@ -38,6 +43,11 @@ class RequestTable:
         self.computed = np.zeros(n, np.int64)
         self.generated = np.zeros(n, np.int64)
         self.preemptions = np.zeros(n, np.int32)
+        self.retries = np.zeros(n, np.int32)
+        self.replica = np.full(n, -1, np.int32)
+        # filled by the KV manager: prompt tokens served from the prefix cache, swap-outs
+        self.cached_tokens = np.zeros(n, np.int64)
+        self.swaps = np.zeros(n, np.int32)
         self.status = np.full(n, PENDING, np.int8)
         self.reject_reason = np.zeros(n, np.int8)
         nan = np.full(n, np.nan)
@@ -51,6 +61,14 @@ class RequestTable:
         self.computed[rid] = 0
         self.preemptions[rid] += 1
         self.status[rid] = WAITING
+
+    def retry(self, rids: np.ndarray) -> None:
+        """The replica holding ``rids`` failed: their KV caches are lost, their tokens kept
+        (already streamed to the client); they wait for a replica to recompute them."""
+        self.computed[rids] = 0
+        self.retries[rids] += 1
+        self.status[rids] = PENDING
+        self.replica[rids] = -1
 
     def reject(self, rid: int, reason: int, now: float) -> None:
         """Mark ``rid`` as refused at ``now`` with a code from ``REJECT_REASONS``."""

@@ -1,0 +1,263 @@
+"""The replicas of one run and how requests reach them: pools, routers, failures.
+
+A *pool* is a set of identical replicas behind one router. A plain cluster has one pool
+(``mixed``) of ``cluster.replicas`` replicas. ``cluster.disaggregated`` makes two: requests
+are prefilled in the ``prefill`` pool, their KV cache moves over a link (``sim.disagg``),
+and a ``decode`` replica generates their tokens. Every replica of a run shares one request
+table per pool and one per-request KV ``held`` array (a request is on one replica at a
+time), so memory does not grow with replicas × requests.
+
+With ``cluster.failure.mtbf_s`` set, each replica fails after exponential times (mean
+``mtbf_s``, its own stream) and comes back empty ``mttr_s`` later. The requests it held go
+back to its pool's router and are recomputed elsewhere (their generated tokens are kept,
+as in recompute preemption; ``retries`` counts them); with no replica of the pool up they
+wait for the first repair. Random streams are children of ``SeedSequence(seed)`` with
+their own spawn keys: arrivals 0 and lengths 1 (``scenarios``), routing ``(2, pool)``,
+failures ``(4, replica)``, so turning routing or failures on leaves the requests unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from sim.builders import ReplicaParts, build_replica_parts, plain
+from sim.config import check_cluster
+from sim.disagg import Disaggregation
+from sim.errors import ConfigError
+from sim.records import LogHistogram
+from sim.replica import Replica
+from sim.routers import ROUTERS, PoolView, Router
+from sim.state import RUNNING, TOO_BIG_FOR_CACHE, TOO_LONG, TRANSFERRING, WAITING, RequestTable
+
+ROUTING_STREAM, FAULT_STREAM = 2, 4  # spawn keys under the run's SeedSequence
+
+
+@dataclass
+class Pool:
+    """Identical replicas behind one router, working on one request table."""
+
+    name: str  # "mixed", "prefill" or "decode"
+    cfg: SimpleNamespace  # the run's config with this pool's tensor parallel size
+    table: RequestTable
+    itl: LogHistogram
+    first: int  # run-wide id of its first replica
+    parts: list[ReplicaParts]
+    replicas: list[Replica] = field(default_factory=list)
+    view: PoolView | None = None
+    router: Router | None = None
+    parked: list[int] = field(default_factory=list)  # waiting for a replica to come back
+    on_finish: object = None  # (pool, r, ids, now) when requests finish on replica r
+
+
+class Cluster:
+    """Builds the pools of a run, routes requests, and fails and repairs replicas."""
+
+    def __init__(self, env: simpy.Environment, cfg, table: RequestTable, itl: LogHistogram,
+                 seed: int = 0, hash_ids: np.ndarray | None = None,
+                 fast_forward: bool = True) -> None:
+        """``cfg``: the composed config; ``hash_ids``: per request, prefix-block hashes."""
+        self.env, self.cfg, self.table = env, plain(cfg), table
+        self.seed, self.hash_ids, self.fast_forward = int(seed), hash_ids, fast_forward
+        self.held = np.zeros(table.size, np.int64)
+        self.on_done = lambda ids, now: None  # requests that ended for good
+        self.failure_log: list[list] = []  # [replica, down_s, up_s]
+        c = self.cfg.cluster
+        check_cluster(c)
+        self.pools: list[Pool] = []
+        if c.disaggregated:
+            self.prefill_table = RequestTable(table.arrival, table.prompt,
+                                              np.ones(table.size, np.int64),
+                                              priority=table.priority, ttft_slo_s=table.ttft_slo)
+            # arrivals are set as requests are released: both tables must see them
+            self.prefill_table.arrival = table.arrival
+            prefill = self._pool("prefill", c.prefill_replicas,
+                                 c.prefill_tensor_parallel_size, self.prefill_table,
+                                 LogHistogram())
+            decode = self._pool("decode", c.decode_replicas, c.decode_tensor_parallel_size,
+                                table, itl)
+            self.disagg = Disaggregation(self, prefill, decode)
+        else:
+            self.prefill_table = None
+            self.disagg = None
+            self._pool("mixed", c.replicas, None, table, itl)
+        self.refusal = self._refusals()
+        if c.failure.mtbf_s is not None:
+            for pool in self.pools:
+                for r in range(len(pool.replicas)):
+                    ss = np.random.SeedSequence(self.seed,
+                                                spawn_key=(FAULT_STREAM, pool.first + r))
+                    env.process(self._failures(pool, r, np.random.default_rng(ss)))
+
+    # ---- building -----------------------------------------------------------------------
+    def _build(self, pool_cfg, table: RequestTable, itl: LogHistogram, tp_field: str):
+        try:
+            parts = build_replica_parts(pool_cfg, table, itl)
+        except ConfigError as e:  # name the pool's own field, not the one it was copied to
+            if e.field == "cluster.tensor_parallel_size" and tp_field != e.field:
+                raise ConfigError(tp_field, e.value, e.expected) from None
+            raise
+        parts.kv.share_held(self.held)
+        return parts
+
+    def _pool(self, name: str, size: int, tp: int | None, table: RequestTable,
+              itl: LogHistogram) -> Pool:
+        c = self.cfg.cluster
+        tp_field = (f"cluster.{name}_tensor_parallel_size" if tp is not None
+                    else "cluster.tensor_parallel_size")
+        pool_cfg = SimpleNamespace(**vars(self.cfg))
+        pool_cfg.cluster = dataclasses.replace(
+            c, tensor_parallel_size=c.tensor_parallel_size if tp is None else tp)
+        first = sum(len(p.replicas) for p in self.pools)
+        pool = Pool(name, pool_cfg, table, itl, first,
+                    [self._build(pool_cfg, table, itl, tp_field) for _ in range(size)])
+        pool.on_finish = self._finished
+        for r, parts in enumerate(pool.parts):
+            pool.replicas.append(Replica(
+                self.env, parts.scheduler, parts.cost_model,
+                on_complete=lambda ids, now, p=pool, r=r: p.on_finish(p, r, ids, now),
+                fast_forward=self.fast_forward))
+        meta = pool.parts[0].meta
+        kv_tokens = (meta["num_gpu_blocks"] - 1) * meta["block_size"]
+        pool.view = PoolView([p.scheduler for p in pool.parts], table, self.hash_ids, kv_tokens,
+                             used_blocks=lambda r: pool.replicas[r].kv_used_blocks())
+        ss = np.random.SeedSequence(self.seed, spawn_key=(ROUTING_STREAM, len(self.pools)))
+        pool.router = ROUTERS[c.router](pool.view, np.random.default_rng(ss), c)
+        self.pools.append(pool)
+        return pool
+
+    def _refusals(self) -> np.ndarray:
+        """Per request: 0 if some replica can serve it, else its reject reason code."""
+        t = self.table
+        total = t.prompt + t.max_output
+        entry = self.pools[0]
+        refusal = np.zeros(t.size, np.int8)
+        # the last output token is sampled, never cached: total − 1 tokens must fit
+        fits = entry.parts[0].kv.fits_alone(total - 1)
+        if self.disagg is not None:  # the prefill side holds the prompt only
+            fits = self.pools[1].parts[0].kv.fits_alone(total - 1) & \
+                entry.parts[0].kv.fits_alone(t.prompt)
+        refusal[~fits] = TOO_BIG_FOR_CACHE
+        refusal[total > entry.parts[0].max_model_len] = TOO_LONG
+        return refusal
+
+    def bind_arrivals(self, next_arrival) -> None:
+        """A lone entry replica sees every arrival: let it bound its decode windows by the
+        next one (more replicas: an arrival cuts the window of the replica it goes to)."""
+        entry = self.pools[0]
+        if len(entry.replicas) == 1:
+            entry.replicas[0].next_arrival = next_arrival
+            entry.replicas[0].sees_all_arrivals = True
+
+    # ---- routing ------------------------------------------------------------------------
+    def submit(self, rid: int) -> None:
+        """A new request (one some replica can serve) reaches the cluster now."""
+        self.route(self.pools[0], rid)
+
+    def assign(self, pool: Pool, rid: int) -> int:
+        """The replica of ``pool`` (local index) that the router picks for ``rid``, now
+        counted as holding it; −1 when none is up."""
+        v = pool.view
+        if len(v.alive_ids) == 0:
+            return -1
+        r = 0 if v.size == 1 else pool.router.choose(rid)
+        v.outstanding[r] += 1
+        pool.table.replica[rid] = pool.first + r
+        return r
+
+    def route(self, pool: Pool, rid: int) -> None:
+        """Send ``rid`` to a replica of ``pool`` that is up, or park it until one is back."""
+        r = self.assign(pool, rid)
+        if r < 0:
+            pool.parked.append(rid)
+        else:
+            pool.replicas[r].submit(rid)
+
+    def _finished(self, pool: Pool, r: int, ids: np.ndarray, now: float) -> None:
+        pool.view.outstanding[r] -= len(ids)
+        self.on_done(ids, now)
+
+    # ---- failures -----------------------------------------------------------------------
+    def _failures(self, pool: Pool, r: int, rng: np.random.Generator):
+        f = self.cfg.cluster.failure
+        while True:
+            yield self.env.timeout(rng.exponential(f.mtbf_s))
+            entry = [pool.first + r, self.env.now, np.nan]
+            self.failure_log.append(entry)
+            self.fail(pool, r)
+            yield self.env.timeout(f.mttr_s)
+            self.repair(pool, r)
+            entry[2] = self.env.now
+
+    def fail(self, pool: Pool, r: int) -> None:
+        """Replica ``r`` of ``pool`` goes down now; its requests go back to the router."""
+        pool.replicas[r].fail()
+        pool.view.set_alive(r, False)
+        pool.view.outstanding[r] = 0
+        pool.router.forget(r)
+        t = pool.table
+        mine = np.flatnonzero(t.replica == pool.first + r)
+        status = t.status[mine]
+        lost = mine[(status == WAITING) | (status == RUNNING) | (status == TRANSFERRING)]
+        moving = t.status[lost] == TRANSFERRING
+        self.held[lost] = 0
+        t.retry(lost)
+        if self.disagg is not None and pool is self.disagg.decode:
+            for rid in lost[moving]:  # the KV cache was still on its way: send it again
+                self.disagg.send(int(rid))
+            lost = lost[~moving]
+        for rid in lost:
+            self.route(pool, int(rid))
+
+    def repair(self, pool: Pool, r: int) -> None:
+        """Replica ``r`` of ``pool`` is back, empty; parked requests are routed again."""
+        parts = self._build(pool.cfg, pool.table, pool.itl, "cluster.tensor_parallel_size")
+        pool.parts[r] = parts
+        pool.view.schedulers[r] = parts.scheduler
+        pool.replicas[r].restart(parts.scheduler, parts.cost_model)
+        pool.view.set_alive(r, True)
+        parked, pool.parked = pool.parked, []
+        for rid in parked:
+            self.route(pool, rid)
+        if self.disagg is not None and pool is self.disagg.decode:
+            self.disagg.resume()
+
+    # ---- records ------------------------------------------------------------------------
+    def timeline(self) -> pd.DataFrame:
+        """Every replica's steps (and KV transfers), with its ``replica`` id, in time order."""
+        frames = []
+        for pool in self.pools:
+            for r, rep in enumerate(pool.replicas):
+                frames.append(rep.timeline.to_frame())
+                frames[-1].insert(0, "replica", np.int32(pool.first + r))
+                frames[-1]["kind"] = np.int8(0)
+        if self.disagg is not None:
+            frames.append(self.disagg.timeline())
+        tl = pd.concat(frames, ignore_index=True)
+        if len(frames) > 1:
+            tl = tl.sort_values(["time_s", "replica"], kind="stable", ignore_index=True)
+        return tl
+
+    def meta(self, sim_time_s: float) -> dict:
+        """Derived facts of the run: the first pool's replica facts, the layout of every
+        replica, and the failures."""
+        meta = dict(self.pools[0].parts[0].meta)
+        pools, blocks = [], []
+        for pool in self.pools:
+            pools += [pool.name] * len(pool.replicas)
+            blocks += [pool.parts[0].meta["num_gpu_blocks"]] * len(pool.replicas)
+        log = np.array(self.failure_log, float).reshape(-1, 3)
+        down = np.minimum(np.nan_to_num(log[:, 2], nan=sim_time_s), sim_time_s) - log[:, 1]
+        meta.update(num_replicas=len(pools), replica_pools=pools,
+                    replica_num_gpu_blocks=blocks, num_failures=len(log),
+                    replica_downtime_s=float(down.sum()),
+                    failures=[{"replica": int(g), "down_s": float(a),
+                               "up_s": None if np.isnan(b) else float(b)} for g, a, b in log])
+        if self.disagg is not None:
+            meta["pools"] = {p.name: dict(p.parts[0].meta) for p in self.pools}
+        return meta
