@@ -1,8 +1,5 @@
-"""Reader for aiconfigurator's measured per-operator tables.
-
-Layout: ``<root>/<op_family>/<framework>/<version>/<table>.parquet``; a version folder with
-only ``reuse.yaml`` holds no data of its own. Latencies are milliseconds per op call.
-"""
+"""One aiconfigurator table by name, as a DataFrame with ``latency_s`` (kept for callers that
+want a raw table; the fit reads whole families through ``calibration.readers``)."""
 
 from __future__ import annotations
 
@@ -10,27 +7,18 @@ from pathlib import Path
 
 import pandas as pd
 
-
-def _version_key(v: str) -> tuple:
-    parts = []
-    for p in v.replace("rc", ".").replace("post", ".").split("."):
-        parts.append(int(p) if p.isdigit() else 0)
-    return tuple(parts)
+from calibration.readers.aiconfigurator import find_table as _find
 
 
 def find_table(root: Path, op_family: str, framework: str, table: str,
                version: str | None = None) -> Path:
-    """Path of a measured table: the given version, or the newest one that has the file."""
-    base = Path(root) / op_family / framework
-    if not base.is_dir():
-        raise FileNotFoundError(f"no {op_family}/{framework} tables under {root}")
-    versions = [version] if version else sorted(
-        (p.name for p in base.iterdir() if p.is_dir()), key=_version_key, reverse=True)
-    for v in versions:
-        path = base / v / f"{table}.parquet"
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"no {table}.parquet under {base} (versions {versions})")
+    """Path of a measured table: the given version (following ``reuse.yaml``), or the newest
+    version that has the file."""
+    choice = _find(Path(root), op_family, framework, table, version)
+    if choice is None:
+        raise FileNotFoundError(f"no {table}.parquet under {Path(root) / op_family / framework}"
+                                + (f" for version {version}" if version else ""))
+    return choice.path
 
 
 def load_table(root: Path, op_family: str, framework: str, table: str,

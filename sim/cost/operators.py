@@ -3,53 +3,259 @@
 Every operator's time is ``max(flops / (peak_flops · η_c), bytes / (peak_bw · η_m)) + launch``.
 The work (FLOPs, bytes) of each operator kind is written once here, so the calibration fits the
 very formulas the simulator evaluates. All functions accept numpy arrays or scalars.
+
+The efficiencies η vary with the operator's shape: an ``Eta`` is a scale times smooth factors,
+each a small table over one or two shape variables (GEMM ``m``, ``n``, ``k``; attention query
+tokens per sequence, sequences, bytes per sequence; message bytes and GPU count), interpolated
+linearly in log2 of the variables and in log of the factor, constant beyond the table. The
+calibration (``python -m calibration fit``) fits the tables to measured kernel timings.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
 
+def _sig(x, digits: int = 5):
+    """Round to ``digits`` significant digits (keeps calibrated files short and stable)."""
+    return float(f"{float(x):.{digits}g}")
+
+
+def knot_cell(log2x: np.ndarray, knots: np.ndarray):
+    """Left knot index and weight of the right knot for linear interpolation, clamped (the
+    calibration builds its fitting bases with this too)."""
+    x = np.clip(log2x, knots[0], knots[-1])
+    i = np.clip(np.searchsorted(knots, x, side="right") - 1, 0, max(len(knots) - 2, 0))
+    if len(knots) == 1:
+        return i, np.zeros_like(x)
+    return i, (x - knots[i]) / (knots[i + 1] - knots[i])
+
+
+_SCALARS = (int, float, np.integer, np.floating)
+
+
+@dataclass(frozen=True, eq=False)
+class Term:
+    """One smooth factor of an efficiency: a table over one or two shape variables (``axes``)
+    at ``log2_knots``, interpolated linearly in log2 of the variables and in log of the factor,
+    constant beyond the outer knots. ``log_factor`` holds ln(factor) at the knots."""
+
+    axes: tuple[str, ...]
+    log2_knots: tuple[np.ndarray, ...]
+    log_factor: np.ndarray
+
+    def __post_init__(self) -> None:
+        # plain-Python copies for the scalar path (the simulator prices one step at a time)
+        object.__setattr__(self, "_kn", [list(map(float, k)) for k in self.log2_knots])
+        object.__setattr__(self, "_f", np.asarray(self.log_factor, dtype=float).tolist())
+
+    def __call__(self, shape: dict) -> np.ndarray:
+        """ln(factor) at the shape variables ``shape[axis]`` (scalars or arrays)."""
+        xs = [shape[a] for a in self.axes]
+        if all(isinstance(x, _SCALARS) for x in xs):
+            return self._scalar(xs)
+        cells = [knot_cell(np.log2(np.asarray(x, dtype=np.float64)), kn)
+                 for x, kn in zip(xs, self.log2_knots, strict=True)]
+        f = self.log_factor
+        if len(cells) == 1:
+            (i, w), = cells
+            return f[i] * (1 - w) + f[np.minimum(i + 1, len(f) - 1)] * w
+        (i, u), (j, v) = cells
+        i1, j1 = np.minimum(i + 1, f.shape[0] - 1), np.minimum(j + 1, f.shape[1] - 1)
+        return ((1 - u) * ((1 - v) * f[i, j] + v * f[i, j1])
+                + u * ((1 - v) * f[i1, j] + v * f[i1, j1]))
+
+    def _scalar(self, xs: list) -> float:
+        cells = []
+        for x, kn in zip(xs, self._kn, strict=True):
+            last = len(kn) - 1
+            lx = math.log2(x) if x > 0 else kn[0]
+            if lx <= kn[0] or last == 0:
+                cells.append((0, min(1, last), 0.0))
+            elif lx >= kn[last]:
+                cells.append((last - 1, last, 1.0))
+            else:
+                i = bisect.bisect_right(kn, lx) - 1
+                cells.append((i, i + 1, (lx - kn[i]) / (kn[i + 1] - kn[i])))
+        f = self._f
+        if len(cells) == 1:
+            (i, i1, w), = cells
+            return f[i] * (1 - w) + f[i1] * w
+        (i, i1, u), (j, j1, v) = cells
+        return ((1 - u) * ((1 - v) * f[i][j] + v * f[i][j1])
+                + u * ((1 - v) * f[i1][j] + v * f[i1][j1]))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Term:
+        """From ``{axes, log2_knots, factor}`` (factor: nested lists, one level per axis)."""
+        axes = tuple(d["axes"])
+        knots = tuple(np.asarray(k, dtype=np.float64) for k in d["log2_knots"])
+        factor = np.asarray(d["factor"], dtype=np.float64)
+        if len(axes) not in (1, 2) or len(knots) != len(axes) or factor.shape != tuple(
+                len(k) for k in knots) or np.any(factor <= 0):
+            raise ValueError(f"efficiency term over {axes}: need 1 or 2 axes, one knot list "
+                             f"per axis and a positive factor table of matching shape")
+        return cls(axes, knots, np.log(factor))
+
+    def to_dict(self) -> dict:
+        """The mapping ``from_dict`` reads (factors to 5 significant digits)."""
+        factor = np.vectorize(_sig)(np.exp(self.log_factor))
+        return {"axes": list(self.axes),
+                "log2_knots": [[_sig(v) for v in k] for k in self.log2_knots],
+                "factor": factor.tolist()}
+
+
+@dataclass(frozen=True, eq=False)
+class Eta:
+    """An efficiency (fraction of a peak) that varies with the shape: ``scale × Π term``.
+
+    In a calibrated file it is either a number (constant) or ``{scale, terms: [...]}``.
+    """
+
+    scale: float
+    terms: tuple[Term, ...] = ()
+
+    def __call__(self, **shape) -> np.ndarray:
+        """η at the shape variables (keyword arguments named like the terms' axes)."""
+        if not self.terms:
+            return self.scale
+        log = 0.0
+        for t in self.terms:
+            log = log + t(shape)
+        return self.scale * (math.exp(log) if isinstance(log, float) else np.exp(log))
+
+    @classmethod
+    def from_dict(cls, d) -> Eta:
+        """From a number or ``{scale, terms}``."""
+        if isinstance(d, (int, float)):
+            return cls(float(d))
+        return cls(float(d["scale"]), tuple(Term.from_dict(t) for t in d.get("terms") or ()))
+
+    def to_dict(self):
+        """A number when constant, else ``{scale, terms}``."""
+        if not self.terms:
+            return _sig(self.scale)
+        return {"scale": _sig(self.scale), "terms": [t.to_dict() for t in self.terms]}
+
+
+def _eta(v) -> Eta:
+    return v if isinstance(v, Eta) else Eta.from_dict(v)
+
+
 @dataclass(frozen=True)
 class GemmEfficiency:
-    """η of a GEMM: compute efficiency saturates with each dimension (x / (x + x_half))."""
+    """η of a GEMM C[m,n] = A[m,k]·B[k,n] (also of MoE grouped GEMMs).
 
-    eta_compute: float
-    m_half: float
-    n_half: float
-    k_half: float
-    eta_memory: float
+    ``compute`` and ``memory`` are ``Eta`` over the shape variables ``m``, ``n``, ``k``.
+    An ``m`` above ``align_m`` that is not a multiple of it multiplies η by ``unaligned_compute``
+    / ``unaligned_memory`` (FP8 kernels pad such tiles). ``tile_m``/``tile_n`` > 0 switch on
+    tile-and-wave quantization of the compute work over the GPU's SMs (``wave_quantization``);
+    0 leaves it to the fitted tables.
+    """
+
+    compute: Eta
+    memory: Eta
     launch_s: float
+    align_m: int = 16
+    unaligned_compute: float = 1.0
+    unaligned_memory: float = 1.0
+    tile_m: int = 0
+    tile_n: int = 0
+    per_expert_s: float = 0.0  # MoE only: fixed cost per touched expert (``moe_time``)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GemmEfficiency:
+        """From a calibrated file's block (``compute``, ``memory``, ``launch_s``, …)."""
+        return cls(_eta(d["compute"]), _eta(d["memory"]), float(d["launch_s"]),
+                   int(d.get("align_m", 16)), float(d.get("unaligned_compute", 1.0)),
+                   float(d.get("unaligned_memory", 1.0)), int(d.get("tile_m", 0)),
+                   int(d.get("tile_n", 0)), float(d.get("per_expert_s", 0.0)))
+
+    def to_dict(self) -> dict:
+        """The block ``from_dict`` reads."""
+        return {"compute": self.compute.to_dict(), "memory": self.memory.to_dict(),
+                "launch_s": _sig(self.launch_s), "align_m": self.align_m,
+                "unaligned_compute": _sig(self.unaligned_compute),
+                "unaligned_memory": _sig(self.unaligned_memory),
+                "tile_m": self.tile_m, "tile_n": self.tile_n,
+                "per_expert_s": _sig(self.per_expert_s)}
+
+    def _unaligned(self, m, factor: float):
+        if factor == 1.0:
+            return 1.0
+        m = np.asarray(m, dtype=np.float64)
+        return np.where((m > self.align_m) & (np.mod(m, self.align_m) != 0), factor, 1.0)
 
     def compute_eta(self, m, n, k):
         """Fraction of peak FLOP/s reached by an m×k·k×n GEMM."""
-        return (
-            self.eta_compute * m / (m + self.m_half) * n / (n + self.n_half) * k / (k + self.k_half)
-        )
+        return self.compute(m=m, n=n, k=k) * self._unaligned(m, self.unaligned_compute)
+
+    def memory_eta(self, m, n, k):
+        """Fraction of peak HBM bandwidth reached by an m×k·k×n GEMM."""
+        return self.memory(m=m, n=n, k=k) * self._unaligned(m, self.unaligned_memory)
 
 
 @dataclass(frozen=True)
 class AttentionEfficiency:
-    """η of an attention kernel; compute efficiency saturates with query tokens per sequence."""
+    """η of an attention kernel, plus its fixed costs.
 
-    eta_compute: float
-    q_half: float
-    eta_memory: float
+    ``compute`` and ``memory`` are ``Eta`` over the variables of ``attention_axes``. Besides the
+    launch latency, every work unit (a sequence × KV head × block of ``block_q`` queries, the
+    grid of FlashAttention-style kernels) costs ``unit_s`` per wave of units over the SMs:
+    what makes many tiny sequences slow even when FLOPs and bytes are negligible.
+    """
+
+    compute: Eta
+    memory: Eta
     launch_s: float
+    unit_s: float = 0.0
+    block_q: int = 128
 
-    def compute_eta(self, q_per_seq):
-        """Fraction of peak FLOP/s reached at this many query tokens per sequence."""
-        return self.eta_compute * q_per_seq / (q_per_seq + self.q_half)
+    @classmethod
+    def from_dict(cls, d: dict) -> AttentionEfficiency:
+        """From a calibrated file's block."""
+        return cls(_eta(d["compute"]), _eta(d["memory"]), float(d["launch_s"]),
+                   float(d.get("unit_s", 0.0)), int(d.get("block_q", 128)))
+
+    def to_dict(self) -> dict:
+        """The block ``from_dict`` reads."""
+        return {"compute": self.compute.to_dict(), "memory": self.memory.to_dict(),
+                "launch_s": _sig(self.launch_s), "unit_s": _sig(self.unit_s),
+                "block_q": self.block_q}
 
 
 @dataclass(frozen=True)
 class CommEfficiency:
-    """η of one collective kind: fraction of link bandwidth reached, plus a fixed latency."""
+    """η of one collective kind: two algorithms, the library takes the faster.
 
-    eta_link: float
+    - *one-shot* (small messages): every GPU reads the whole message from each peer,
+      ``latency_small_s + (p − 1)·bytes / (link · eta_small)``;
+    - *bandwidth-optimal* (ring / two-shot): ``latency_s + β(p)·bytes / (link · eta_link)``
+      with β of the kind (``comm_time``).
+
+    ``eta_link`` may vary with the message (an ``Eta`` over ``nbytes`` and ``gpus``), which
+    captures the protocol changes between the two regimes. ``eta_small = 0`` disables one-shot.
+    """
+
+    eta_link: Eta
     latency_s: float
+    eta_small: float = 0.0
+    latency_small_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CommEfficiency:
+        """From a calibrated file's block."""
+        return cls(_eta(d["eta_link"]), float(d["latency_s"]), float(d.get("eta_small", 0.0)),
+                   float(d.get("latency_small_s", 0.0)))
+
+    def to_dict(self) -> dict:
+        """The block ``from_dict`` reads."""
+        return {"eta_link": self.eta_link.to_dict(), "latency_s": _sig(self.latency_s),
+                "eta_small": _sig(self.eta_small), "latency_small_s": _sig(self.latency_small_s)}
 
 
 COMM_KINDS = ("allreduce", "allgather", "alltoall", "p2p")
@@ -71,24 +277,24 @@ class Efficiency:
     elementwise_eta_memory: float
     elementwise_launch_s: float
     comm: dict[str, CommEfficiency]
-    moe: dict[str, GemmEfficiency]
+    moe: dict[str, GemmEfficiency] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict) -> Efficiency:
         """Build from the ``parameters`` block of a calibrated file."""
-        gemm = {k: GemmEfficiency(**v) for k, v in d["gemm"].items()}
-        comm = {k: CommEfficiency(**v) for k, v in d["comm"].items()}
+        gemm = {k: GemmEfficiency.from_dict(v) for k, v in d["gemm"].items()}
+        comm = {k: CommEfficiency.from_dict(v) for k, v in d["comm"].items()}
         for kind in COMM_KINDS:
             comm.setdefault(kind, comm["allreduce"])
-        moe = {k: GemmEfficiency(**v) for k, v in d.get("moe", {}).items()}
+        moe = {k: GemmEfficiency.from_dict(v) for k, v in (d.get("moe") or {}).items()}
         for k, v in gemm.items():
             moe.setdefault(k, v)
         return cls(
             gemm=gemm,
-            attention_prefill=AttentionEfficiency(**d["attention_prefill"]),
-            attention_decode=AttentionEfficiency(**d["attention_decode"]),
-            elementwise_eta_memory=d["elementwise_eta_memory"],
-            elementwise_launch_s=d["elementwise_launch_s"],
+            attention_prefill=AttentionEfficiency.from_dict(d["attention_prefill"]),
+            attention_decode=AttentionEfficiency.from_dict(d["attention_decode"]),
+            elementwise_eta_memory=float(d["elementwise_eta_memory"]),
+            elementwise_launch_s=float(d["elementwise_launch_s"]),
             comm=comm,
             moe=moe,
         )
@@ -141,27 +347,60 @@ def decode_attention_work(
     return flops, nbytes
 
 
-def allreduce_time(nbytes, num_gpus, link_bw, eta_link, latency_s):
-    """Ring all-reduce: each GPU sends and receives 2(p−1)/p of the message over its link."""
-    t = latency_s + 2.0 * (num_gpus - 1) / num_gpus * nbytes / (link_bw * eta_link)
-    return np.where(np.asarray(num_gpus) > 1, t, 0.0)
+def wave_quantization(m, n, tile_m: int, tile_n: int, num_sms: int):
+    """Factor (≥ 1) by which tiling inflates a GEMM's compute: output tiles padded to
+    ``tile_m × tile_n``, and the last wave of tiles over ``num_sms`` SMs running part-empty.
+    Fewer tiles than SMs are assumed split along k to fill the GPU (no wave tail)."""
+    tm = np.ceil(np.asarray(m, dtype=np.float64) / tile_m)
+    tn = np.ceil(np.asarray(n, dtype=np.float64) / tile_n)
+    tiles = tm * tn
+    padding = tm * tile_m * tn * tile_n / (np.asarray(m, dtype=np.float64) * n)
+    tail = np.where(tiles > num_sms, np.ceil(tiles / num_sms) * num_sms / tiles, 1.0)
+    return padding * tail
 
 
-def allgather_time(nbytes, num_gpus, link_bw, eta_link, latency_s):
-    """Ring all-gather of a message of ``nbytes`` in total: (p−1)/p of it crosses each link."""
-    t = latency_s + (num_gpus - 1) / num_gpus * nbytes / (link_bw * eta_link)
-    return np.where(np.asarray(num_gpus) > 1, t, 0.0)
+def _comm_base(kind: str, nbytes, num_gpus):
+    """Bytes each GPU moves over its link by a bandwidth-optimal algorithm of ``kind``."""
+    p = np.asarray(num_gpus, dtype=np.float64)
+    if kind == "allreduce":
+        return 2.0 * (p - 1) / p * nbytes
+    if kind in ("allgather", "alltoall", "reduce_scatter"):
+        return (p - 1) / p * nbytes
+    if kind == "p2p":
+        return np.asarray(nbytes, dtype=np.float64) * 1.0
+    raise ValueError(f"unknown collective kind {kind!r}; one of {COMM_KINDS}")
 
 
-def alltoall_time(nbytes, num_gpus, link_bw, eta_link, latency_s):
+def _collective(e: CommEfficiency, kind: str, nbytes, num_gpus, link_bw: float):
+    p = np.asarray(num_gpus, dtype=np.float64)
+    eta = e.eta_link(nbytes=np.maximum(nbytes, 1.0), gpus=np.maximum(p, 1.0))
+    t = e.latency_s + _comm_base(kind, nbytes, p) / (link_bw * eta)
+    if e.eta_small > 0 and kind != "p2p":
+        t = np.minimum(t, e.latency_small_s + (p - 1) * nbytes / (link_bw * e.eta_small))
+    return t
+
+
+def allreduce_time(nbytes, num_gpus, link_bw, e: CommEfficiency):
+    """All-reduce of ``nbytes``: ring/two-shot moves 2(p−1)/p of it over each GPU's link."""
+    return np.where(np.asarray(num_gpus) > 1,
+                    _collective(e, "allreduce", nbytes, num_gpus, link_bw), 0.0)
+
+
+def allgather_time(nbytes, num_gpus, link_bw, e: CommEfficiency):
+    """All-gather of a message of ``nbytes`` in total: (p−1)/p of it crosses each link."""
+    return np.where(np.asarray(num_gpus) > 1,
+                    _collective(e, "allgather", nbytes, num_gpus, link_bw), 0.0)
+
+
+def alltoall_time(nbytes, num_gpus, link_bw, e: CommEfficiency):
     """All-to-all where each GPU holds ``nbytes`` and keeps 1/p of it: (p−1)/p leaves."""
-    t = latency_s + (num_gpus - 1) / num_gpus * nbytes / (link_bw * eta_link)
-    return np.where(np.asarray(num_gpus) > 1, t, 0.0)
+    return np.where(np.asarray(num_gpus) > 1,
+                    _collective(e, "alltoall", nbytes, num_gpus, link_bw), 0.0)
 
 
-def p2p_time(nbytes, link_bw, eta_link, latency_s):
+def p2p_time(nbytes, link_bw, e: CommEfficiency):
     """One point-to-point send of ``nbytes`` (pipeline stages, KV transfer)."""
-    return latency_s + nbytes / (link_bw * eta_link)
+    return _collective(e, "p2p", nbytes, 2, link_bw)
 
 
 # ---- per-family time functions: the cost model calls only these, the calibration fits them
@@ -171,30 +410,62 @@ def gemm_time(e: GemmEfficiency, m, n, k, peak_flops: float, peak_bw: float, in_
               out_bytes: float = 2.0, num_sms: int = 132):
     """(time, compute-bound?) of C[m,n] = A[m,k]·B[k,n] with efficiency ``e``.
 
-    ``num_sms`` lets efficiency forms model wave quantization over the GPU's SMs.
+    ``num_sms`` is the GPU's SM count, for tile-and-wave quantization when ``e`` has tiles.
     """
     f, b = gemm_work(m, n, k, in_bytes, out_bytes)
-    return roofline(f, b, peak_flops, peak_bw, e.compute_eta(m, n, k), e.eta_memory, e.launch_s)
+    if e.tile_m and e.tile_n:
+        f = f * wave_quantization(m, n, e.tile_m, e.tile_n, num_sms)
+    return roofline(f, b, peak_flops, peak_bw, e.compute_eta(m, n, k), e.memory_eta(m, n, k),
+                    e.launch_s)
+
+
+def attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim: float = 128.0,
+                   kv_heads: float = 8.0) -> dict:
+    """The shape variables attention efficiencies are tabulated over: ``q`` query tokens per
+    sequence, ``s`` sequences, ``u`` = s × KV heads (parallel units), ``d`` head dim, ``kv``
+    bytes per sequence, ``c`` bytes per sequence per KV-head dimension (grows with the
+    context) and ``i`` the arithmetic intensity flops/bytes (in decode, grows with the query
+    heads per KV head)."""
+    if all(isinstance(v, _SCALARS) for v in (flops, nbytes, q_per_seq, num_seqs, head_dim,
+                                               kv_heads)):
+        s, kvh = max(float(num_seqs), 1.0), max(float(kv_heads), 1.0)
+        kv = max(nbytes / s, 1.0)
+        return {"q": max(float(q_per_seq), 1.0), "s": s, "u": s * kvh, "d": float(head_dim),
+                "kv": kv, "c": max(kv / (kvh * head_dim), 1.0),
+                "i": max(flops / max(nbytes, 1.0), 1e-3)}
+    s = np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
+    kvh = np.maximum(kv_heads, 1.0)
+    kv = np.maximum(nbytes / s, 1.0)
+    return {"q": np.maximum(q_per_seq, 1.0), "s": s, "u": s * kvh, "d": head_dim, "kv": kv,
+            "c": np.maximum(kv / (kvh * head_dim), 1.0),
+            "i": np.maximum(flops / np.maximum(nbytes, 1.0), 1e-3)}
 
 
 def attention_time(e: AttentionEfficiency, flops, nbytes, q_per_seq, num_seqs, peak_flops: float,
-                   peak_bw: float):
+                   peak_bw: float, head_dim: float = 128.0, kv_heads: float = 8.0,
+                   num_sms: int = 132):
     """(time, compute-bound?) of one attention kernel over ``num_seqs`` sequences doing
-    ``flops`` work and moving ``nbytes``, with ``q_per_seq`` query tokens per sequence."""
-    return roofline(flops, nbytes, peak_flops, peak_bw, e.compute_eta(q_per_seq), e.eta_memory,
-                    e.launch_s)
+    ``flops`` work and moving ``nbytes``, with ``q_per_seq`` query tokens per sequence,
+    ``head_dim`` and ``kv_heads`` KV heads on this GPU (MLA's latent cache: one KV head)."""
+    x = attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim, kv_heads)
+    t, cb = roofline(flops, nbytes, peak_flops, peak_bw, e.compute(**x), e.memory(**x),
+                     e.launch_s)
+    if e.unit_s:
+        units = x["u"] * np.ceil(x["q"] / e.block_q)
+        t = t + e.unit_s * units / num_sms
+    return t, cb
 
 
 def comm_time(e: CommEfficiency, kind: str, nbytes, num_gpus, link_bw: float):
     """Time of one collective of ``kind`` (``COMM_KINDS``) moving a message of ``nbytes``."""
     if kind == "allreduce":
-        return allreduce_time(nbytes, num_gpus, link_bw, e.eta_link, e.latency_s)
+        return allreduce_time(nbytes, num_gpus, link_bw, e)
     if kind == "allgather":
-        return allgather_time(nbytes, num_gpus, link_bw, e.eta_link, e.latency_s)
+        return allgather_time(nbytes, num_gpus, link_bw, e)
     if kind == "alltoall":
-        return alltoall_time(nbytes, num_gpus, link_bw, e.eta_link, e.latency_s)
+        return alltoall_time(nbytes, num_gpus, link_bw, e)
     if kind == "p2p":
-        return p2p_time(nbytes, link_bw, e.eta_link, e.latency_s)
+        return p2p_time(nbytes, link_bw, e)
     raise ValueError(f"unknown collective kind {kind!r}; one of {COMM_KINDS}")
 
 
@@ -208,6 +479,15 @@ def expected_distinct_experts(num_tokens, num_experts: int, topk: int):
     return num_experts * (1.0 - (1.0 - topk / num_experts) ** t)
 
 
+def moe_axes(num_tokens, inter: int, hidden: int, topk: int, distinct_experts) -> dict:
+    """GEMM shape variables of the experts' grouped GEMMs: ``m`` token-expert pairs per touched
+    expert, ``n`` the gate/up width 2·inter, ``k`` hidden."""
+    pairs = np.asarray(num_tokens, dtype=np.float64) * topk
+    m = np.maximum(pairs / np.maximum(distinct_experts, 1.0), 1.0)
+    return {"m": m, "n": 2.0 * np.asarray(inter, dtype=np.float64),
+            "k": np.asarray(hidden, dtype=np.float64)}
+
+
 def moe_time(e: GemmEfficiency, num_tokens, hidden: int, inter: int, num_experts: int, topk: int,
              distinct_experts, peak_flops: float, peak_bw: float, w_bytes: float,
              num_sms: int = 132):
@@ -215,12 +495,15 @@ def moe_time(e: GemmEfficiency, num_tokens, hidden: int, inter: int, num_experts
 
     ``num_experts`` experts live on this GPU, each with gate/up [hidden, 2·inter] and down
     [inter, hidden] weights; ``num_tokens·topk`` token-expert pairs land on them, touching
-    ``distinct_experts`` of them, whose weights are read once each.
+    ``distinct_experts`` of them, whose weights are read once each. The efficiency tables are
+    indexed by the per-expert GEMM shape (``moe_axes``); each touched expert adds
+    ``e.per_expert_s`` (its grouped-GEMM problem's setup).
     """
     pairs = np.asarray(num_tokens, dtype=np.float64) * topk
     flops = 2.0 * pairs * hidden * 3 * inter
     weights = distinct_experts * 3.0 * hidden * inter * w_bytes
     acts = pairs * (hidden * 2 + 2 * inter * 2 + inter * 2 + hidden * 2)
-    m = pairs / np.maximum(distinct_experts, 1.0)  # tokens per touched expert
-    eta_c = e.compute_eta(np.maximum(m, 1.0), 2 * inter, hidden)
-    return roofline(flops, weights + acts, peak_flops, peak_bw, eta_c, e.eta_memory, e.launch_s)
+    x = moe_axes(num_tokens, inter, hidden, topk, distinct_experts)
+    t, cb = roofline(flops, weights + acts, peak_flops, peak_bw, e.compute(**x), e.memory(**x),
+                     e.launch_s)
+    return t + e.per_expert_s * np.asarray(distinct_experts, dtype=np.float64), cb

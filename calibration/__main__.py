@@ -1,0 +1,45 @@
+"""``python -m calibration <command> [key=value ...]``.
+
+- ``fit data_dir=DIR hardware=NAME backend=NAME``: fit the efficiency parameters and write
+  ``sim/cost/calibrated/<hardware>/<backend>.yaml``;
+- ``check data_dir=DIR hardware=NAME backend=NAME``: error of the current parameters on every
+  measured row (``check.json`` and ``predictions.parquet`` in the run's output dir);
+- ``validate …``: the simulator against measured serving benchmarks;
+- ``profile …``: measure kernels on this machine's GPU into the aiconfigurator layout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = ("fit", "check", "validate", "profile")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to the command; its exit code (2 with one line on stderr for bad input)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    command, overrides = argv[0], argv[1:]
+    if command in ("fit", "check"):
+        from calibration.app import run_command
+
+        return run_command(command, overrides)
+    if command in ("validate", "profile"):
+        try:
+            module = importlib.import_module(f"calibration.{command}")
+        except ModuleNotFoundError as e:
+            if e.name != f"calibration.{command}":
+                raise
+            print(f"error: command={command!r}: calibration/{command} is not installed",
+                  file=sys.stderr)
+            return 2
+        return int(module.main(overrides) or 0)
+    print(f"error: command={command!r}: one of {list(COMMANDS)}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

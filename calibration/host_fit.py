@@ -1,0 +1,172 @@
+"""Fit of the per-step host overhead per backend (``validate fit_host=true``).
+
+The cost model adds ``host.overhead_ms + host.per_seq_us × sequences`` to every step (the part
+of scheduling and input preparation the GPU does not overlap). In a closed-loop fixed-length
+run the schedule does not depend on step durations, so a row's steady-state TTFT and TPOT are
+exactly linear in the two parameters: ``pred = base + overhead_ms·steps +
+per_seq_us·1e-3·seq_steps``, with the step counts read from one simulation
+(``calibration.validate.host_terms``). The fit is then a cheap ``scipy.optimize.least_squares``
+on the relative errors of TTFT and TPOT of a backend's training rows (soft-L1 loss, so a few
+rows the model cannot explain do not dominate); whole configurations — (model, isl, osl, tp)
+groups — are held out. The fitted values are then checked with real simulations of every row,
+and written into the ``host:`` block of ``sim/cost/calibrated/<hardware>/<backend>.yaml``.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy.optimize import least_squares
+
+METRICS = ("ttft", "tpot")
+GROUP = ["model", "isl", "osl", "tp"]
+UPPER = (20.0, 500.0)  # bounds of overhead_ms and per_seq_us: far above any measured engine
+
+
+def held_out(table: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
+    """Boolean mask of held-out rows: per backend, a seeded ``fraction`` of its distinct
+    (model, isl, osl, tp) groups (at least one when it has two or more)."""
+    mask = np.zeros(len(table), dtype=bool)
+    rng = np.random.default_rng(seed)
+    keys = table[GROUP].astype(str).agg("|".join, axis=1)
+    for backend in sorted(table["backend"].unique()):
+        sel = (table["backend"] == backend).to_numpy()
+        groups = np.array(sorted(keys[sel].unique()))
+        k = int(round(fraction * len(groups)))
+        k = max(k, 1) if len(groups) >= 2 else 0
+        out = rng.choice(groups, size=k, replace=False) if k else []
+        mask |= sel & keys.isin(out).to_numpy()
+    return mask
+
+
+def linear_predictions(rows: pd.DataFrame, current: tuple[float, float],
+                       host: tuple[float, float]) -> dict[str, np.ndarray]:
+    """Each row's TTFT/TPOT (ms) with ``host`` = (overhead_ms, per_seq_us) instead of the
+    ``current`` values it was simulated with."""
+    d0, d1 = host[0] - current[0], (host[1] - current[1]) * 1e-3
+    return {m: rows[f"pred_{m}_ms"].to_numpy() + d0 * rows[f"{m}_steps"].to_numpy()
+            + d1 * rows[f"{m}_seq_steps"].to_numpy() for m in METRICS}
+
+
+def abs_errors(pred: dict[str, np.ndarray], rows: pd.DataFrame) -> dict:
+    """``{metric: {n, median_abs_pct_error, p90_abs_pct_error}}``."""
+    out = {}
+    for m in METRICS:
+        ape = np.abs(pred[m] / rows[f"meas_{m}_ms"].to_numpy() - 1.0) * 100
+        ape = ape[np.isfinite(ape)]
+        out[m] = {"n": int(len(ape)),
+                  "median_abs_pct_error": round(float(np.median(ape)), 2) if len(ape) else None,
+                  "p90_abs_pct_error": round(float(np.percentile(ape, 90)), 2) if len(ape)
+                  else None}
+    return out
+
+
+def fit_host(rows: pd.DataFrame, current: tuple[float, float]) -> tuple[float, float]:
+    """(overhead_ms, per_seq_us) minimizing the soft-L1 relative error of TTFT and TPOT."""
+    ok = rows[[f"{m}_{k}" for m in METRICS for k in ("steps", "seq_steps")]].notna().all(axis=1)
+    rows = rows[ok & rows["pred_ttft_ms"].notna()]
+    if rows.empty:
+        raise ValueError("no simulated training rows to fit the host overhead on")
+
+    def residuals(x):
+        pred = linear_predictions(rows, current, (x[0], x[1]))
+        return np.concatenate([pred[m] / rows[f"meas_{m}_ms"].to_numpy() - 1.0
+                               for m in METRICS])
+
+    x0 = np.clip(np.asarray(current, dtype=float), 1e-3, np.asarray(UPPER) - 1e-3)
+    res = least_squares(residuals, x0, bounds=([0.0, 0.0], UPPER), loss="soft_l1",
+                        f_scale=0.1, x_scale=[1.0, 10.0])
+    return float(res.x[0]), float(res.x[1])
+
+
+def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, float]],
+                 fraction: float, seed: int) -> dict:
+    """Per backend: the fitted host values and the linear model's train and held-out errors.
+    ``table`` holds every row simulated with the ``current`` host values of its backend."""
+    done = table[table["pred_ttft_ms"].notna()].reset_index(drop=True)
+    hold = held_out(done, fraction, seed)
+    fits = {}
+    for backend in sorted(done["backend"].unique()):
+        sel = (done["backend"] == backend).to_numpy()
+        train, test = done[sel & ~hold], done[sel & hold]
+        if train.empty:
+            continue
+        h = fit_host(train, current[backend])
+        fits[backend] = {
+            "overhead_ms": round(h[0], 4), "per_seq_us": round(h[1], 3),
+            "train_ids": train["id"].tolist(), "held_out_ids": test["id"].tolist(),
+            "linear": {"train": abs_errors(linear_predictions(train, current[backend], h),
+                                           train),
+                       "held_out": abs_errors(linear_predictions(test, current[backend], h),
+                                              test)},
+        }
+    return fits
+
+
+def verify(fits: dict, table: pd.DataFrame, before: pd.DataFrame,
+           current: dict[str, tuple[float, float]]) -> None:
+    """Add the errors of the real simulations with the fitted values (``table``), per split,
+    and the largest gap between them and the linear model (from ``before``)."""
+    for backend, f in fits.items():
+        for split, ids in (("train", f["train_ids"]), ("held_out", f["held_out_ids"])):
+            rows = table.set_index("id").loc[ids].reset_index()
+            pred = {m: rows[f"pred_{m}_ms"].to_numpy() for m in METRICS}
+            f.setdefault("simulated", {})[split] = abs_errors(pred, rows)
+        ids = f["train_ids"] + f["held_out_ids"]
+        lin = linear_predictions(before.set_index("id").loc[ids].reset_index(),
+                                 current[backend], (f["overhead_ms"], f["per_seq_us"]))
+        sim = table.set_index("id").loc[ids]
+        f["max_linear_gap_pct"] = round(float(max(
+            np.nanmax(np.abs(lin[m] / sim[f"pred_{m}_ms"].to_numpy() - 1.0)) * 100
+            for m in METRICS)), 6)
+
+
+def host_block(f: dict, fraction: float, seed: int, csv: str) -> dict:
+    """The ``host:`` block written into the calibrated file."""
+    return {
+        "overhead_ms": f["overhead_ms"], "per_seq_us": f["per_seq_us"], "fitted": True,
+        "fitted_on": date.today().isoformat(),
+        "method": "python -m calibration validate fit_host=true: scipy least_squares "
+                  "(soft-L1) on relative TTFT and TPOT errors of closed-loop silicon rows",
+        "data": Path(csv).name,
+        "split": f"{fraction:.0%} of the backend's (model, isl, osl, tp) groups held out, "
+                 f"seed {seed}",
+        "rows": {"train": len(f["train_ids"]), "held_out": len(f["held_out_ids"])},
+        "train_ids": f["train_ids"],
+        "errors": f.get("simulated", f["linear"]),
+    }
+
+
+def write_host(path: Path, block: dict) -> None:
+    """Replace the ``host:`` block (the top-level key and its indented lines) of ``path``,
+    leaving every other line of the file as it is."""
+    lines = path.read_text().splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("host:")), None)
+    new = yaml.safe_dump({"host": block}, sort_keys=False, width=100)
+    if start is None:
+        lines.append(new)
+    else:
+        end = start + 1
+        while end < len(lines) and (lines[end].startswith((" ", "-")) or not lines[end].strip()):
+            end += 1
+        lines[start:end] = [new]
+    path.write_text("".join(lines))
+
+
+def format_fits(fits: dict) -> str:
+    """Printed table of the fitted values and their errors per split."""
+    rows = []
+    for backend, f in fits.items():
+        for kind in ("linear", "simulated"):
+            for split, errs in f.get(kind, {}).items():
+                for m, e in errs.items():
+                    rows.append({"backend": backend, "overhead_ms": f["overhead_ms"],
+                                 "per_seq_us": f["per_seq_us"], "errors_of": kind,
+                                 "split": split, "metric": m, **e})
+    if not rows:
+        return "Host fit: no backend had simulated rows"
+    return "Host overhead fit per backend:\n" + pd.DataFrame(rows).to_string(index=False)

@@ -1,0 +1,533 @@
+"""``python -m calibration validate``: the simulator against measured serving benchmarks.
+
+    python -m calibration validate silicon_csv=PATH hardware=h100_sxm [backend=NAME]
+        [models=[a,b]] [limit=N] [requests_per_client=3] [fit_host=true]
+
+Every row of a CSV in the layout of aiconfigurator's ``silicon_sample_h100.csv`` is a closed-loop
+benchmark: ``concurrency`` clients, each sending its next request when the previous one
+completes, every request ``isl`` prompt and ``osl`` output tokens. ``plan_rows`` maps each row
+to the project's config (the model whose ``hf_id`` matches ``model_path``, the row's backend
+and its scheduler, its parallel layout and dtype), or gives the reason it cannot be simulated.
+Each supported row is simulated with ``requests_per_client`` requests per client, all clients
+arriving at t=0; with 3 or more, each client's first (cold start) and last (drain) requests are
+not measured and the prediction is the mean over the others.
+Measured TTFT/TPOT may be means or medians (the data does not say); we compare the mean.
+
+Printed: every row's predicted and measured TTFT and TPOT with the signed error
+``(pred − meas) / meas``, the median and p90 absolute % error per backend and metric, the worst
+rows, and the rows not simulated with their reasons. Written to the run's output dir:
+``validate.json`` and ``rows.parquet``. ``fit_host=true`` first fits the host overhead per
+backend (``calibration.host_fit``) and validates with the fitted values.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+import conf
+import sim.app  # noqa: F401  (registers the simulator's config schemas with Hydra)
+import sim.builders
+from analysis.metrics import per_request_latencies
+from calibration import host_fit
+from calibration.config import CONF_DIR
+from scenarios import WorkloadError, requests_for_seed
+from sim import simulate
+from sim.config.backend import BACKENDS
+from sim.cost.roofline import load_calibration
+from sim.errors import ConfigError
+from sim.preflight import one_line
+
+METRICS = ("ttft", "tpot")
+SHOWN = ["id", "backend", "model", "tp", "ep", "dtype", "isl", "osl", "concurrency",
+         "pred_ttft_ms", "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms",
+         "tpot_err_pct", "note"]
+
+
+@dataclass
+class ValidateConfig:
+    """Keys of ``python -m calibration validate`` (see ``conf/calibration/validate.yaml``)."""
+
+    defaults: list[Any] = field(default_factory=list)
+    silicon_csv: str = MISSING
+    hardware: str = "h100_sxm"
+    backend: str | None = None
+    models: list[str] | None = None
+    ids: list[str] | None = None
+    limit: int | None = None
+    requests_per_client: int = 3
+    seed: int = 0
+    worst: int = 10
+    fit_host: bool = False
+    held_out_fraction: float = 0.3
+    write_host: bool = True
+
+
+ConfigStore.instance().store(name="base_validate", node=ValidateConfig)
+
+
+# ---- rows → configs ------------------------------------------------------------
+SUFFIXES = ("-instruct", "-fp8")  # checkpoint variants that share the architecture
+BF16 = ("bf16", "bfloat16")
+FP8 = ("fp8", "fp8_block")
+_CONCURRENCY = r"silicon_concurrency=(\d+)"
+
+
+def _norm(hf_id: str) -> str:
+    s = str(hf_id).strip().lower()
+    while s.endswith(SUFFIXES):
+        s = s[: s.rfind("-")]
+    return s
+
+
+def model_index() -> dict[str, dict]:
+    """``conf/model`` by normalized ``hf_id`` (lower case, without ``-Instruct``/``-FP8``):
+    ``{name, hf_id, num_experts}``."""
+    out: dict[str, dict] = {}
+    for path in sorted((Path(conf.__file__).parent / "model").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        if doc.get("hf_id"):
+            out.setdefault(_norm(doc["hf_id"]), {"name": path.stem, "hf_id": doc["hf_id"],
+                                                 "num_experts": doc.get("num_experts") or 0})
+    return out
+
+
+def concurrency_of(rows: pd.DataFrame) -> pd.Series:
+    """Closed-loop clients per row: ``silicon_concurrency=N`` of ``silicon_data_source`` when
+    stated, else ``batch_size × attention_dp_size`` (missing DP counts as 1); 0 if neither."""
+    src = rows.get("silicon_data_source", pd.Series("", index=rows.index)).astype(str)
+    stated = src.str.extract(_CONCURRENCY)[0].astype(float)
+    dp = rows.get("attention_dp_size", pd.Series(1.0, index=rows.index)).fillna(1.0)
+    derived = rows.get("batch_size", pd.Series(np.nan, index=rows.index)).astype(float) * dp
+    return stated.fillna(derived).fillna(0).round().astype(int)
+
+
+def _size(v) -> int:
+    """A parallel size from the CSV; missing or 0 (not used) is 1."""
+    return int(v) if pd.notna(v) and int(v) > 0 else 1
+
+
+def _quant(v) -> str | None:
+    return None if pd.isna(v) or str(v).strip() == "" else str(v).strip().lower()
+
+
+def dtypes_of(row: dict, num_experts: int) -> tuple[str, str | None, str]:
+    """``(model.dtype, model.moe_dtype or None to keep the model's, reason)`` of a CSV row:
+    fp8 and fp8_block → fp8; bf16 or unset → bfloat16; 4-bit weights are not modelled."""
+    q = _quant(row.get("gemm_quant_mode")) or _quant(row.get("precision"))
+    if q is None or q in BF16:
+        dtype = "bfloat16"
+    elif q in FP8:
+        dtype = "fp8"
+    else:
+        return "", None, f"weights gemm_quant_mode={q} ({'4-bit' if '4' in q else 'this quant'}" \
+                         " weights) are not modelled; bf16 and fp8 are"
+    mq = _quant(row.get("moe_quant_mode"))
+    if not num_experts or mq is None:
+        return dtype, None, ""
+    if mq in FP8:
+        return dtype, "" if dtype == "fp8" else "fp8", ""
+    if mq in BF16:
+        return dtype, "" if dtype == "bfloat16" else "bfloat16", ""
+    return dtype, None, f"experts moe_quant_mode={mq} are not modelled; bf16 and fp8 are"
+
+
+def calibration_file(hardware: str, backend: str) -> Path:
+    """``sim/cost/calibrated/<hardware's calibration>/<backend>.yaml``."""
+    hw = yaml.safe_load((Path(conf.__file__).parent / "hardware" / f"{hardware}.yaml")
+                        .read_text())
+    return Path(sim.builders.__file__).parent / "cost" / "calibrated" / \
+        str(hw.get("calibration", hardware)) / f"{backend}.yaml"
+
+
+def _reason(row: dict, hardware: str, model: dict | None) -> str:
+    if row["mode"] != "agg":
+        return f"mode={row['mode']}: only aggregated (agg) rows are mapped; disaggregated " \
+               "rows need per-pool parallel layouts and attention DP, not mapped yet"
+    if str(row.get("system", hardware)) != hardware:
+        return f"system={row['system']}: not hardware={hardware}"
+    if row["backend"] not in BACKENDS:
+        return f"backend={row['backend']}: not one of {list(BACKENDS)}"
+    if not calibration_file(hardware, row["backend"]).is_file():
+        return f"backend={row['backend']}: no calibrated file " \
+               f"{calibration_file(hardware, row['backend']).name} for {hardware}"
+    if model is None:
+        return f"model_path={row['model_path']}: no conf/model/*.yaml with a matching hf_id"
+    if row["concurrency"] < 1 or not row["isl"] >= 1 or not row["osl"] >= 1:
+        return f"concurrency={row['concurrency']}, isl={row['isl']}, osl={row['osl']}: " \
+               "must all be >= 1"
+    return ""
+
+
+def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
+              ) -> pd.DataFrame:
+    """One plan per CSV row: the measured values, the mapped config (``overrides`` for the
+    simulator's Hydra config) and ``reason`` (empty when the row can be simulated). With
+    ``models``, only rows of those conf models are kept."""
+    index = model_index()
+    schedulers = {p.stem for p in (Path(conf.__file__).parent / "scheduler").glob("*.yaml")}
+    rows = rows.assign(concurrency=concurrency_of(rows))
+    plans = []
+    for row in rows.to_dict("records"):
+        model = index.get(_norm(row["model_path"]))
+        if models is not None and (model is None or model["name"] not in models):
+            continue
+        backend = str(row["backend"])
+        reason = _reason(row, hardware, model)
+        dtype, moe_dtype, why = dtypes_of(row, model["num_experts"] if model else 0)
+        reason = reason or why
+        notes = []
+        if model and model["hf_id"] != row["model_path"]:
+            notes.append(f"as {model['hf_id']}")
+        scheduler = backend if backend in schedulers else "vllm"
+        if scheduler != backend:
+            notes.append(f"no {backend} scheduler: vllm's")
+        tp, pp = _size(row.get("tp_size")), _size(row.get("pp_size"))
+        ep, dp = _size(row.get("moe_ep_size")), _size(row.get("attention_dp_size"))
+        c, isl, osl = int(row["concurrency"]), int(row["isl"]), int(row["osl"])
+        overrides = [] if reason else [
+            f"model={model['name']}", f"hardware={hardware}", f"backend={backend}",
+            f"scheduler={scheduler}", f"model.dtype={dtype}",
+            *([f"model.moe_dtype='{moe_dtype}'"] if moe_dtype is not None else []),
+            f"cluster.tensor_parallel_size={tp}", f"cluster.pipeline_parallel_size={pp}",
+            f"cluster.expert_parallel_size={ep}", f"cluster.data_parallel_size={dp}",
+            "workload=closed_loop", f"workload.concurrency={c}", f"workload.input_tokens={isl}",
+            f"workload.output_tokens={osl}", "workload.think_time_s=0", "slo=none",
+            "plots=false", "progress=false"]
+        plans.append({
+            "id": row["id"], "model_path": row["model_path"], "backend": backend,
+            "mode": row["mode"], "model": model["name"] if model else "", "scheduler": scheduler,
+            "tp": tp, "pp": pp, "ep": ep, "dp": dp, "dtype": dtype, "isl": isl, "osl": osl,
+            "concurrency": c, "meas_ttft_ms": float(row["silicon_ttft_ms"]),
+            "meas_tpot_ms": float(row["silicon_tpot_ms"]), "note": "; ".join(notes),
+            "reason": reason, "overrides": overrides})
+    return pd.DataFrame(plans, columns=PLAN_COLUMNS)
+
+
+PLAN_COLUMNS = ["id", "model_path", "backend", "mode", "model", "scheduler", "tp", "pp", "ep",
+                "dp", "dtype", "isl", "osl", "concurrency", "meas_ttft_ms", "meas_tpot_ms",
+                "note", "reason", "overrides"]
+
+
+# ---- simulation ------------------------------------------------------------
+class RowSimulator:
+    """Composes and simulates planned rows inside one Hydra context.
+
+    While open, the simulator's calibration loader is memoized: every run otherwise re-parses
+    the ~100 kB calibrated YAML, which costs more than simulating a row.
+    """
+
+    def __init__(self, requests_per_client: int, seed: int = 0) -> None:
+        self.per_client, self.seed = requests_per_client, seed
+
+    def __enter__(self) -> RowSimulator:
+        self._hydra = initialize_config_dir(str(Path(conf.__file__).parent), version_base=None)
+        self._hydra.__enter__()
+        self._loader = sim.builders.load_calibration
+        sim.builders.load_calibration = functools.lru_cache(maxsize=None)(load_calibration)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sim.builders.load_calibration = self._loader
+        self._hydra.__exit__(*exc)
+
+    def compose(self, plan: dict):
+        """The simulator's composed config of one plan, checked (``ConfigError`` if refused)."""
+        c = plan["concurrency"]
+        cfg = compose("config", overrides=[*plan["overrides"], f"seed={self.seed}",
+                                           f"workload.num_requests={c * self.per_client}"])
+        sim.builders.check_config(cfg)
+        return cfg
+
+    def run(self, cfg, host: tuple[float, float] | None = None) -> dict:
+        """Simulate; steady-state mean TTFT/TPOT (ms) and step diagnostics. ``host`` =
+        (overhead_ms, per_seq_us) overrides the calibrated file's host block."""
+        if host is not None:
+            cfg.cost_model.host_overhead_ms = float(host[0])
+            cfg.cost_model.host_overhead_per_seq_us = float(host[1])
+        records = simulate(cfg, requests_for_seed(cfg.workload, cfg.seed))
+        return measure(records, self.per_client)
+
+
+def measure(records, per_client: int) -> dict:
+    """Mean TTFT/TPOT over steady-state requests (without each client's first and last when
+    ``per_client`` >= 3), over all requests, and step diagnostics of the timeline."""
+    req = records.requests
+    lat = per_request_latencies(req)
+    steady = lat
+    if per_client >= 3:
+        ids = req.groupby("client")["request_id"]
+        inner = (req["request_id"] != ids.transform("min")) & \
+            (req["request_id"] != ids.transform("max"))
+        steady = lat[lat["request_id"].isin(req.loc[inner, "request_id"])]
+    tl = records.timeline
+    decode = tl[tl["prefill_tokens"] == 0]
+    rejected = int((req["status"] == "rejected").sum())
+    return host_terms(steady, req, tl) | {
+        "pred_ttft_ms": float(steady["ttft_ms"].mean()),
+        "pred_tpot_ms": float(steady["tpot_ms"].mean()),
+        "pred_ttft_all_ms": float(lat["ttft_ms"].mean()),
+        "pred_tpot_all_ms": float(lat["tpot_ms"].mean()),
+        "steady_requests": len(steady),
+        "pred_decode_step_ms": float(decode["step_time_s"].median() * 1e3)
+        if len(decode) else float("nan"),
+        "pred_decode_batch": float(decode["batch_size"].mean()) if len(decode) else float("nan"),
+        "pred_host_share": float(tl["host_s"].sum() / tl["step_time_s"].sum()),
+        "sim_note": f"{rejected} rejected" if rejected else "",
+    }
+
+
+def host_terms(steady: pd.DataFrame, req: pd.DataFrame, tl: pd.DataFrame) -> dict:
+    """How the steady-state means depend on the host overhead: the mean number of steps
+    (``<m>_steps``) and of sequence-steps (``<m>_seq_steps``, summed batch sizes) inside each
+    request's TTFT and inside its decode span per output token. In a closed loop the schedule
+    does not depend on step durations, so ``pred = base + overhead_ms·steps +
+    per_seq_us·1e-3·seq_steps`` exactly (``calibration.host_fit``)."""
+    if not len(steady):
+        return {f"{m}_{k}": float("nan") for m in METRICS for k in ("steps", "seq_steps")}
+    ends = (tl["time_s"] + tl["step_time_s"]).to_numpy()
+    order = np.argsort(ends, kind="stable")
+    ends = ends[order]
+    cum_n = np.concatenate([[0], np.cumsum(tl["batch_size"].to_numpy()[order])])
+    r = req.set_index("request_id").loc[steady["request_id"]]
+    eps = 1e-9  # an arrival is the end of the step that completed the client's previous request
+
+    def span(t0, t1):
+        i0 = np.searchsorted(ends, t0.to_numpy() + eps, side="right")
+        i1 = np.searchsorted(ends, t1.to_numpy() + eps, side="right")
+        return i1 - i0, cum_n[i1] - cum_n[i0]
+
+    n_t, s_t = span(r["arrival_s"], r["first_token_s"])
+    n_d, s_d = span(r["first_token_s"], r["completion_s"])
+    per_tok = 1.0 / np.maximum(r["generated_tokens"].to_numpy() - 1, 1)
+    return {"ttft_steps": float(n_t.mean()), "ttft_seq_steps": float(s_t.mean()),
+            "tpot_steps": float((n_d * per_tok).mean()),
+            "tpot_seq_steps": float((s_d * per_tok).mean())}
+
+
+def simulate_plans(plans: pd.DataFrame, simulator: RowSimulator,
+                   host: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+    """Simulate every plan without a reason (``host`` per backend overrides the calibrated host
+    block); a config the simulator refuses becomes the row's reason."""
+    out = []
+    for plan in plans.to_dict("records"):
+        res: dict[str, Any] = {}
+        if not plan["reason"]:
+            try:
+                cfg = simulator.compose(plan)
+                res = simulator.run(cfg, (host or {}).get(plan["backend"]))
+            except (ConfigError, WorkloadError) as e:
+                res = {"reason": f"refused by the simulator: {e}"}
+            except RuntimeError as e:  # a stalled simulation
+                res = {"reason": f"simulation failed: {e}"}
+        note = "; ".join(x for x in (plan["note"], res.pop("sim_note", "")) if x)
+        out.append(plan | res | {"note": note})
+    table = pd.DataFrame(out)
+    for col in ("pred_ttft_ms", "pred_tpot_ms", "pred_ttft_all_ms", "pred_tpot_all_ms",
+                "steady_requests", "pred_decode_step_ms", "pred_decode_batch",
+                "pred_host_share", *(f"{m}_{k}" for m in METRICS
+                                     for k in ("steps", "seq_steps"))):
+        table[col] = table[col].astype(float) if col in table else np.nan
+    return table
+
+
+def check(cfg) -> None:
+    """Every key in range; one message naming the first bad one."""
+    if not Path(cfg.silicon_csv).is_file():
+        raise ConfigError("silicon_csv", cfg.silicon_csv, "not a file")
+    if cfg.backend is not None and cfg.backend not in ("vllm", "sglang", "trtllm"):
+        raise ConfigError("backend", cfg.backend, "one of ['vllm', 'sglang', 'trtllm'] or null")
+    if cfg.requests_per_client < 1:
+        raise ConfigError("requests_per_client", cfg.requests_per_client, "must be >= 1")
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError("limit", cfg.limit, "must be >= 1 or null")
+    if not 0.0 < cfg.held_out_fraction < 1.0:
+        raise ConfigError("held_out_fraction", cfg.held_out_fraction, "must be in (0, 1)")
+    if cfg.worst < 0:
+        raise ConfigError("worst", cfg.worst, "must be >= 0")
+
+
+def select_rows(df: pd.DataFrame, cfg) -> pd.DataFrame:
+    """The CSV rows the filters keep (``backend``, ``ids``, ``limit``; ``models`` is applied to
+    the plans, since it names conf models rather than CSV values)."""
+    for col in ("id", "backend", "model_path", "mode", "isl", "osl",
+                "silicon_ttft_ms", "silicon_tpot_ms"):
+        if col not in df:
+            raise ConfigError("silicon_csv", cfg.silicon_csv, f"has no column {col!r}")
+    if cfg.backend is not None:
+        df = df[df["backend"] == cfg.backend]
+    if cfg.ids is not None:
+        df = df[df["id"].isin(list(cfg.ids))]
+    return df.reset_index(drop=True)
+
+
+def add_errors(table: pd.DataFrame) -> pd.DataFrame:
+    """Signed % error columns ``<metric>_err_pct`` = (pred − meas) / meas × 100."""
+    for m in METRICS:
+        table[f"{m}_err_pct"] = (table[f"pred_{m}_ms"] / table[f"meas_{m}_ms"] - 1.0) * 100
+    return table
+
+
+def error_summary(table: pd.DataFrame) -> dict:
+    """``{backend: {metric: {n, median_abs_pct_error, p90_abs_pct_error}}}`` over simulated rows
+    (plus ``all``)."""
+    out: dict[str, dict] = {}
+    done = table[table["pred_ttft_ms"].notna()]
+    for name, part in [*done.groupby("backend"), ("all", done)]:
+        out[name] = {}
+        for m in METRICS:
+            ape = part[f"{m}_err_pct"].abs().dropna().to_numpy()
+            out[name][m] = {
+                "n": int(len(ape)),
+                "median_abs_pct_error": round(float(np.median(ape)), 2) if len(ape) else None,
+                "p90_abs_pct_error": round(float(np.percentile(ape, 90)), 2) if len(ape) else None,
+            }
+    return out
+
+
+def worst_rows(table: pd.DataFrame, k: int) -> pd.DataFrame:
+    """The ``k`` rows of largest absolute error per backend and metric."""
+    parts = []
+    for m in METRICS:
+        t = table[table[f"{m}_err_pct"].notna()].assign(metric=m, abs_err=lambda d, m=m:
+                                                       d[f"{m}_err_pct"].abs())
+        parts.append(t.sort_values("abs_err", ascending=False).groupby("backend").head(k))
+    return pd.concat(parts) if parts else table.head(0)
+
+
+def _fmt(df: pd.DataFrame) -> str:
+    return df.to_string(index=False, float_format=lambda v: f"{v:.1f}")
+
+
+def format_report(table: pd.DataFrame, summary: dict, k: int) -> str:
+    """The printed report: per-row errors, the per-backend summary, worst rows, unsupported."""
+    done = table[table["pred_ttft_ms"].notna()]
+    skipped = table[table["reason"] != ""]
+    parts = ["Per-row errors (err% = (pred - meas) / meas * 100; pred = mean over steady-state "
+             "requests):", _fmt(done[SHOWN]) if len(done) else "(no row simulated)", "",
+             "Absolute % error per backend and metric:"]
+    rows = [{"backend": b, "metric": m, **v} for b, d in summary.items() for m, v in d.items()]
+    parts += [_fmt(pd.DataFrame(rows)) if rows else "(none)", ""]
+    if len(done) and k:
+        w = worst_rows(done, k)
+        parts += [f"Worst {k} rows per backend and metric:",
+                  _fmt(w[["metric", *SHOWN[:9], "pred_ttft_ms", "meas_ttft_ms", "ttft_err_pct",
+                          "pred_tpot_ms", "meas_tpot_ms", "tpot_err_pct",
+                          "pred_decode_step_ms", "pred_host_share"]]), ""]
+    parts.append(f"Rows not simulated: {len(skipped)} of {len(table)}")
+    if len(skipped):
+        g = (skipped.groupby(["model_path", "backend", "reason"], dropna=False)
+             .agg(rows=("id", "size"), example=("id", "first")).reset_index())
+        parts.append(g.to_string(index=False, max_colwidth=110))
+    return "\n".join(parts)
+
+
+def write_outputs(outdir: Path, table: pd.DataFrame, doc: dict) -> None:
+    """``rows.parquet`` (every row, simulated or not) and ``validate.json``."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    table.to_parquet(outdir / "rows.parquet", index=False)
+    (outdir / "validate.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def run(cfg, outdir: Path) -> dict:
+    """Plan, optionally fit the host overheads, simulate, report and write; the json document."""
+    t0 = time.perf_counter()
+    rows = select_rows(pd.read_csv(cfg.silicon_csv), cfg)
+    plans = plan_rows(rows, cfg.hardware, list(cfg.models) if cfg.models else None)
+    if cfg.limit is not None:
+        plans = plans.head(cfg.limit).reset_index(drop=True)
+    doc: dict[str, Any] = {"silicon_csv": str(cfg.silicon_csv), "hardware": cfg.hardware,
+                           "requests_per_client": cfg.requests_per_client}
+    with RowSimulator(cfg.requests_per_client, cfg.seed) as simulator:
+        if cfg.fit_host:
+            fits, table = _fit_host(plans, simulator, cfg)
+            doc["host_fit"] = fits
+        else:
+            table = add_errors(simulate_plans(plans, simulator))
+    summary = error_summary(table)
+    print(format_report(table, summary, cfg.worst))
+    if cfg.fit_host:
+        print("\n" + host_fit.format_fits(doc["host_fit"]))
+    doc |= {"rows": len(table), "simulated": int(table["pred_ttft_ms"].notna().sum()),
+            "summary": summary,
+            "unsupported": table.loc[table["reason"] != "", ["id", "reason"]]
+            .to_dict("records"),
+            "wall_s": round(time.perf_counter() - t0, 1)}
+    write_outputs(outdir, table, doc)
+    print(f"\n{doc['simulated']} of {len(table)} rows simulated in {doc['wall_s']} s; "
+          f"written to {outdir}/validate.json and rows.parquet")
+    return doc
+
+
+def _fit_host(plans: pd.DataFrame, simulator: RowSimulator, cfg) -> tuple[dict, pd.DataFrame]:
+    """Simulate with the current host values, fit per backend, re-simulate every row with the
+    fitted values, and (``write_host``) write them; the fits and the final table."""
+    backends = sorted(plans.loc[plans["reason"] == "", "backend"].unique())
+    files = {b: calibration_file(cfg.hardware, b) for b in backends}
+    current = {}
+    for b, path in files.items():
+        h = yaml.safe_load(path.read_text()).get("host") or {}
+        current[b] = (float(h.get("overhead_ms", 0.0)), float(h.get("per_seq_us", 0.0)))
+    before = add_errors(simulate_plans(plans, simulator, current))
+    fits = host_fit.fit_backends(before, current, cfg.held_out_fraction, cfg.seed)
+    hosts = {b: (f["overhead_ms"], f["per_seq_us"]) for b, f in fits.items()}
+    table = add_errors(simulate_plans(plans, simulator, hosts))
+    host_fit.verify(fits, table, before, current)
+    for b, f in fits.items():
+        if cfg.write_host:
+            host_fit.write_host(files[b], host_fit.host_block(
+                f, cfg.held_out_fraction, cfg.seed, cfg.silicon_csv))
+            f["written_to"] = str(files[b])
+    return fits, table
+
+
+def compose_config(overrides: list[str]):
+    """The composed validate config and its run directory (``hydra.run.dir`` may be overridden)."""
+    # The simulator's schemas in the ConfigStore make ``hardware``/``backend`` config groups,
+    # which would turn ``hardware=NAME`` into a group override; hide them while composing.
+    repo = ConfigStore.instance().repo
+    hidden = {k: repo.pop(k) for k in [f.name for f in fields(ValidateConfig)] if k in repo}
+    try:
+        with initialize_config_dir(CONF_DIR, version_base=None):
+            cfg = compose("validate", overrides=overrides, return_hydra_config=True)
+    finally:
+        repo.update(hidden)
+    outdir = Path(str(cfg.hydra.run.dir))
+    OmegaConf.set_struct(cfg, False)
+    del cfg["hydra"]
+    OmegaConf.to_container(cfg, throw_on_missing=True)
+    return cfg, outdir
+
+
+def main(overrides: list[str] | None = None) -> int:
+    """Run the command with ``key=value`` overrides; 0, or 2 with one line on stderr."""
+    overrides = sys.argv[1:] if overrides is None else list(overrides)
+    try:
+        cfg, outdir = compose_config(overrides)
+        check(cfg)
+        run(cfg, outdir)
+    except (HydraException, OmegaConfBaseException) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""Host-overhead fit: exact linearity, recovery of known values, the split, the YAML write."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from calibration import host_fit
+from calibration.validate import RowSimulator, plan_rows
+
+
+def row(**kw) -> dict:
+    """A Llama-3.1-8B vLLM agg row of the silicon_sample layout."""
+    return {"id": "r", "backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+            "system": "h100_sxm", "mode": "agg", "isl": 64, "osl": 8, "batch_size": 2.0,
+            "tp_size": 1.0, "silicon_ttft_ms": 20.0, "silicon_tpot_ms": 5.0} | kw
+
+
+def synthetic(h: tuple[float, float], n: int = 12, seed: int = 0) -> pd.DataFrame:
+    """Rows simulated at host (0, 0) whose measurements come from a known host ``h``."""
+    rng = np.random.default_rng(seed)
+    t = pd.DataFrame({
+        "id": [f"r{i}" for i in range(n)], "backend": "vllm", "model": "m",
+        "isl": rng.choice([128, 1024, 4096], n), "osl": 128, "tp": rng.choice([1, 2], n),
+        "pred_ttft_ms": rng.uniform(20, 200, n), "pred_tpot_ms": rng.uniform(5, 30, n),
+        "ttft_steps": rng.uniform(1, 5, n), "ttft_seq_steps": rng.uniform(5, 300, n),
+        "tpot_steps": rng.uniform(0.9, 1.3, n), "tpot_seq_steps": rng.uniform(2, 100, n)})
+    meas = host_fit.linear_predictions(t, (0.0, 0.0), h)
+    return t.assign(meas_ttft_ms=meas["ttft"], meas_tpot_ms=meas["tpot"])
+
+
+def test_fit_recovers_known_host_values():
+    t = synthetic((1.5, 40.0))
+    h0, h1 = host_fit.fit_host(t, (0.0, 0.0))
+    assert np.isclose(h0, 1.5, rtol=1e-3) and np.isclose(h1, 40.0, rtol=1e-3)
+
+
+def test_held_out_keeps_whole_groups():
+    t = synthetic((1.0, 1.0), n=40)
+    mask = host_fit.held_out(t, 0.3, seed=0)
+    assert 0 < mask.sum() < len(t)
+    keys = t[host_fit.GROUP].astype(str).agg("|".join, axis=1)
+    assert set(keys[mask]).isdisjoint(set(keys[~mask]))
+    assert (mask == host_fit.held_out(t, 0.3, seed=0)).all()
+
+
+def test_step_counts_make_predictions_exactly_linear():
+    plan = plan_rows(pd.DataFrame([row(batch_size=3.0, isl=96, osl=6)]),
+                     "h100_sxm").iloc[0].to_dict()
+    with RowSimulator(3) as s:
+        r0 = s.run(s.compose(plan), (0.0, 0.0))
+        r1 = s.run(s.compose(plan), (2.0, 30.0))
+    lin = host_fit.linear_predictions(pd.DataFrame([r0]), (0.0, 0.0), (2.0, 30.0))
+    for m in ("ttft", "tpot"):
+        assert r1[f"pred_{m}_ms"] > r0[f"pred_{m}_ms"]
+        assert np.isclose(lin[m][0], r1[f"pred_{m}_ms"], rtol=1e-9)
+
+
+def test_write_host_replaces_only_the_host_block(tmp_path):
+    path = tmp_path / "vllm.yaml"
+    path.write_text("hardware: h100_sxm\nparameters:\n  a: 1\n  b: [1, 2]\n"
+                    "host:\n  overhead_ms: 0.5\n  per_seq_us: 2.0\n  fitted: false\n"
+                    "errors:\n  x: 3\n")
+    f = {"overhead_ms": 0.8, "per_seq_us": 5.0, "train_ids": ["a"], "held_out_ids": ["b"],
+         "linear": {"train": {}, "held_out": {}}}
+    host_fit.write_host(path, host_fit.host_block(f, 0.3, 0, "s.csv"))
+    doc = yaml.safe_load(path.read_text())
+    assert doc["host"]["overhead_ms"] == 0.8 and doc["host"]["fitted"] is True
+    assert doc["host"]["rows"] == {"train": 1, "held_out": 1}
+    assert doc["parameters"] == {"a": 1, "b": [1, 2]} and doc["errors"] == {"x": 3}
+    assert path.read_text().startswith("hardware: h100_sxm\nparameters:\n  a: 1\n")

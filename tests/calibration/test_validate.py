@@ -1,0 +1,115 @@
+"""``python -m calibration validate``: row mapping, unsupported reasons, outputs (tiny CSVs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration.__main__ import main as calibration_main
+from calibration.validate import concurrency_of, plan_rows
+
+REPO = Path(__file__).resolve().parents[2]
+SILICON = REPO.parent / "shared" / "data" / "aiconfigurator" / "silicon_sample_h100.csv"
+
+
+def row(**kw) -> dict:
+    """One CSV row in the silicon_sample layout (a Llama-3.1-8B agg row unless overridden)."""
+    base = {"id": "r", "silicon_data_source": "x", "backend": "vllm", "backend_version": "1",
+            "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm",
+            "precision": np.nan, "mode": "agg", "isl": 64, "osl": 8,
+            "gemm_quant_mode": np.nan, "moe_quant_mode": np.nan, "batch_size": 2.0,
+            "tp_size": 1.0, "pp_size": 1.0, "attention_dp_size": np.nan, "moe_tp_size": 1.0,
+            "moe_ep_size": 1.0, "silicon_ttft_ms": 20.0, "silicon_tpot_ms": 5.0}
+    return base | kw
+
+
+def test_row_maps_to_config_overrides():
+    rows = pd.DataFrame([
+        row(id="a", backend="trtllm", tp_size=2.0, batch_size=4.0),
+        row(id="b", backend="sglang", model_path="Qwen/Qwen3-235B-A22B-FP8", precision="fp8",
+            gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block", tp_size=4.0,
+            moe_ep_size=4.0, silicon_data_source="s; silicon_concurrency=12"),
+    ])
+    a, b = plan_rows(rows, "h100_sxm").to_dict("records")
+    assert a["reason"] == "" and a["model"] == "llama3_8b" and a["scheduler"] == "trtllm"
+    assert {"model=llama3_8b", "backend=trtllm", "scheduler=trtllm", "model.dtype=bfloat16",
+            "cluster.tensor_parallel_size=2", "workload.concurrency=4",
+            "workload.input_tokens=64", "workload.output_tokens=8"} <= set(a["overrides"])
+    assert b["model"] == "qwen3_235b_a22b" and b["dtype"] == "fp8" and b["concurrency"] == 12
+    assert b["scheduler"] == "vllm" and "no sglang scheduler" in b["note"]
+    assert "as Qwen/Qwen3-235B-A22B" in b["note"]
+    assert {"cluster.expert_parallel_size=4", "model.dtype=fp8",
+            "model.moe_dtype=''"} <= set(b["overrides"])
+
+
+def test_unsupported_rows_get_reasons():
+    rows = pd.DataFrame([
+        row(id="fp4", model_path="openai/gpt-oss-120b", precision="fp4",
+            gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"),
+        row(id="unknown", model_path="acme/Nope-7B"),
+        row(id="disagg", mode="disagg"),
+        row(id="system", system="a100_sxm"),
+    ])
+    reasons = plan_rows(rows, "h100_sxm").set_index("id")["reason"]
+    assert "nvfp4" in reasons["fp4"] and "not modelled" in reasons["fp4"]
+    assert "no conf/model" in reasons["unknown"]
+    assert "mode=disagg" in reasons["disagg"]
+    assert "system=a100_sxm" in reasons["system"]
+
+
+def test_concurrency_prefers_stated_value():
+    rows = pd.DataFrame({"silicon_data_source": ["a; silicon_concurrency=12", "b", "c"],
+                         "batch_size": [8.0, 8.0, 16.0],
+                         "attention_dp_size": [np.nan, 4.0, np.nan]})
+    assert concurrency_of(rows).tolist() == [12, 32, 16]
+
+
+def test_command_writes_json_and_parquet(tmp_path, capsys):
+    csv = tmp_path / "s.csv"
+    pd.DataFrame([row(id="ok"), row(id="pp", tp_size=1.0, attention_dp_size=2.0,
+                                    batch_size=1.0),
+                  row(id="fp4", gemm_quant_mode="nvfp4")]).to_csv(csv, index=False)
+    out = tmp_path / "run"
+    rc = calibration_main(["validate", f"silicon_csv={csv}", "requests_per_client=3",
+                           f"hydra.run.dir={out}"])
+    assert rc == 0
+    doc = json.loads((out / "validate.json").read_text())
+    table = pd.read_parquet(out / "rows.parquet")
+    assert doc["rows"] == 3 and doc["simulated"] == 1
+    assert {u["id"] for u in doc["unsupported"]} == {"pp", "fp4"}
+    assert "data_parallel_size" in table.set_index("id").loc["pp", "reason"]
+    ok = table.set_index("id").loc["ok"]
+    assert ok["pred_ttft_ms"] > 0 and ok["pred_tpot_ms"] > 0
+    assert ok["steady_requests"] == 2  # 2 clients × 3 requests, first and last not measured
+    assert np.isclose(ok["ttft_err_pct"], (ok["pred_ttft_ms"] / 20.0 - 1) * 100)
+    assert doc["summary"]["vllm"]["ttft"]["n"] == 1
+    printed = capsys.readouterr().out
+    assert "Absolute % error per backend and metric" in printed
+    assert "Rows not simulated: 2 of 3" in printed
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    assert calibration_main(["validate", f"silicon_csv={tmp_path / 'no.csv'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "silicon_csv=" in err[0] and "not a file" in err[0]
+    assert calibration_main(["validate", f"silicon_csv={tmp_path}", "nokey=1"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_two_real_rows(tmp_path):
+    if not SILICON.is_file():
+        pytest.skip(f"silicon CSV not found at {SILICON} (expected ../shared next to the repo)")
+    df = pd.read_csv(SILICON)
+    small = df[(df["mode"] == "agg") & (df["batch_size"] <= 8) & (df["osl"] <= 128)
+               & df["model_path"].str.contains("Llama-3.1-8B")].head(2)
+    csv = tmp_path / "two.csv"
+    small.to_csv(csv, index=False)
+    rc = calibration_main(["validate", f"silicon_csv={csv}", f"hydra.run.dir={tmp_path / 'o'}"])
+    assert rc == 0
+    table = pd.read_parquet(tmp_path / "o" / "rows.parquet")
+    assert len(table) == 2 and table["pred_ttft_ms"].notna().all()
+    assert np.isfinite(table[["ttft_err_pct", "tpot_err_pct"]].to_numpy()).all()
