@@ -15,6 +15,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+from scenarios.classes import RequestClassConfig, check_classes
 from scenarios.errors import WorkloadError
 
 ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
@@ -63,6 +64,8 @@ class WorkloadConfig:
     output_tokens: int | None = None  # likewise for the output length
     input: LengthConfig = field(default_factory=LengthConfig)
     output: LengthConfig = field(default_factory=LengthConfig)
+    # request classes (scenarios.classes); empty: one class, no priorities or TTFT targets
+    classes: list[RequestClassConfig] = field(default_factory=list)
 
 
 def _finite(x: Any) -> bool:
@@ -154,3 +157,4 @@ def check_workload(w: Any) -> None:
     else:
         check_length(w.input, "workload.input")
         check_length(w.output, "workload.output")
+    check_classes(w.classes)

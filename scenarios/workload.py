@@ -16,6 +16,9 @@ Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.Data
   ``think_time_s``    float64  closed loop: wait after the client's previous completion before
                                this request arrives; 0 for open loop and first requests
   ``hash_ids``        object   tuple of ints (prefix-block hashes), only when the trace has it
+  ``request_class``   object   class name (str), only when ``workload.classes`` is set
+  ``priority``        int64    the class's priority, lower = more urgent (with classes)
+  ``ttft_slo_ms``     float64  the class's TTFT target, inf when it has none (with classes)
   ==================  =======  ==========================================================
 
 - Open loop (poisson, gamma, trace): rows are in arrival order (non-decreasing times). Poisson and
@@ -28,7 +31,9 @@ Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.Data
 - Randomness: arrival times and think times are drawn only from ``rng_arrivals``; lengths only
   from ``rng_lengths`` (input and output from two independent child streams of it). So the same
   lengths stream gives the same lengths under any arrival process with the same row count
-  (common random numbers), and the same two seeds give an identical DataFrame.
+  (common random numbers), and the same two seeds give an identical DataFrame. Classes are
+  drawn from a further child stream of ``rng_lengths``, spawned after the lengths', so adding
+  classes changes neither arrivals nor lengths.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from scenarios.arrivals import closed_loop, gamma_arrivals, poisson_arrivals
+from scenarios.classes import CLASS_COLUMNS, assign_classes
 from scenarios.config import check_workload
 from scenarios.errors import WorkloadError
 from scenarios.lengths import sample_lengths
@@ -123,6 +129,10 @@ def build_requests(
                 "override every request's length)",
             )
     columns = [*COLUMNS, "hash_ids"] if "hash_ids" in rows else list(COLUMNS)
+    if workload.classes:
+        classes = assign_classes(workload.classes, len(rows), rng_lengths.spawn(1)[0])
+        rows = pd.concat([rows.reset_index(drop=True), classes], axis=1)
+        columns += CLASS_COLUMNS
     out = rows[columns].astype(
         {
             "arrival_time_s": "float64",

@@ -1,8 +1,29 @@
-"""Batching policies, selected by ``scheduler.name``; each is one file here and one YAML."""
+"""Batching policies, selected by ``scheduler.name``; each is one file here and one YAML.
+
+Every class is built as ``Cls(cfg, table, kv, itl)`` (``sim.builders``) and is a plain object:
+``schedule(now)``, ``update(batch, now)``, ``add_request(rid)``, ``has_work()``,
+``next_wakeup(now)`` and the fast-forward hooks of ``TokenBudgetScheduler``.
+"""
 
 from sim.schedulers.base import Batch, TokenBudgetScheduler
+from sim.schedulers.dynamic import DynamicScheduler
+from sim.schedulers.edf import EdfScheduler
+from sim.schedulers.orca import OrcaScheduler
+from sim.schedulers.sarathi import SarathiScheduler
+from sim.schedulers.static import PaddedBatch, StaticScheduler
+from sim.schedulers.trtllm import TrtllmScheduler
 from sim.schedulers.vllm import VllmScheduler
 
-SCHEDULERS = {"vllm": VllmScheduler}
+SCHEDULERS = {
+    "static": StaticScheduler,
+    "dynamic": DynamicScheduler,
+    "orca": OrcaScheduler,
+    "vllm": VllmScheduler,
+    "sarathi": SarathiScheduler,
+    "trtllm": TrtllmScheduler,
+    "edf": EdfScheduler,
+}
 
-__all__ = ["SCHEDULERS", "Batch", "TokenBudgetScheduler", "VllmScheduler"]
+__all__ = ["SCHEDULERS", "Batch", "DynamicScheduler", "EdfScheduler", "OrcaScheduler",
+           "PaddedBatch", "SarathiScheduler", "StaticScheduler", "TokenBudgetScheduler",
+           "TrtllmScheduler", "VllmScheduler"]

@@ -1,14 +1,22 @@
 """vLLM v1-style continuous batching with chunked prefill (the default scheduler).
 
-Imitates ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM ≥ 0.8, FCFS
-policy): one token budget per step (``max_num_batched_tokens``); running requests are served
-first, in admission order, each getting ``num_tokens − num_computed_tokens`` tokens capped by
+Imitates ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, vLLM ≥ 0.8): one token
+budget per step (``max_num_batched_tokens``); running requests are served first, in admission
+order, each getting ``num_tokens − num_computed_tokens`` tokens capped by
 ``long_prefill_token_threshold`` and by the remaining budget (a prefill longer than the budget
 runs in chunks); when the KV cache cannot hold a request's new tokens the most recently
 admitted running request is preempted by recompute (its blocks freed, it goes back to the front
 of the waiting queue) until it fits or the request itself was the victim. Waiting requests are
 then admitted in FCFS order while there are budget, sequence slots (``max_num_seqs``) and KV
 blocks — but not in a step that preempted.
+
+``policy=priority`` is vLLM's ``--scheduling-policy priority``
+(``SchedulingPolicy.PRIORITY``): the waiting queue is a heap ordered by ``(priority,
+arrival_time)`` (lower value = more urgent; ``vllm/v1/core/sched/request_queue.py``), and the
+preemption victim is ``max(running, key=(priority, arrival_time))`` — the least urgent, then
+latest, running request, wherever it is in the running list; if it was already scheduled in
+this step its tokens and blocks are given back. As in vLLM, a waiting request never preempts a
+running one: priority orders admission and picks victims, nothing more.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from sim.config import SchedulerConfig
 from sim.kv_cache import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers.base import Batch, TokenBudgetScheduler
+from sim.schedulers.queues import KeyedQueue
 from sim.state import RequestTable
 
 
@@ -32,6 +41,33 @@ class VllmScheduler(TokenBudgetScheduler):
         self.budget = cfg.max_num_batched_tokens
         self.threshold = cfg.long_prefill_token_threshold
         self.chunked = cfg.enable_chunked_prefill
+        self.by_key = False  # True when the waiting queue is ordered by a key, not by arrival
+        if cfg.policy == "priority":
+            self._order_by(lambda rid: (int(table.priority[rid]), float(table.arrival[rid])))
+
+    def _order_by(self, key) -> None:
+        """Serve waiting requests and pick preemption victims by ``key(rid)`` (smallest is
+        most urgent) instead of by arrival and admission order."""
+        self.waiting = KeyedQueue(key)
+        self.by_key = True
+
+    def _victim(self, run: list[int]) -> int:
+        """Index in ``run`` of the request to preempt: the last admitted (FCFS), or the first
+        with the largest key (vLLM's ``max(self.running, key=...)``)."""
+        if not self.by_key:
+            return len(run) - 1
+        key = self.waiting.key
+        return max(range(len(run)), key=lambda j: key(run[j]))
+
+    def can_fast_forward(self, batch: Batch) -> bool:
+        """As the base class, except that under a keyed order a waiting queue that still
+        has seats and budget to fill stops fast-forward: a request arriving later may
+        outrank the head and fit where the head does not (a shorter prompt), whereas under
+        FCFS it would queue behind it."""
+        if (self.by_key and self.waiting and len(self.running) < self.max_num_seqs
+                and self.budget > len(self.running)):
+            return False
+        return super().can_fast_forward(batch)
 
     def _want(self, rids):
         want = self.table.num_tokens[rids] - self.table.computed[rids]
@@ -73,7 +109,10 @@ class VllmScheduler(TokenBudgetScheduler):
         if not preempted and self.waiting:
             ids, new, ctx = self._admit_waiting(now, budget, ids, new, ctx)
         if not len(ids):
-            return None
+            # Under a keyed order the first running request can be its own victim, leaving
+            # an empty step; vLLM's engine loop then simply schedules again (the preemption
+            # freed blocks), so do that rather than sleep until an arrival.
+            return self.schedule(now) if preempted else None
         return Batch(ids, new, ctx, len(self.waiting))
 
     def _schedule_running_with_preemption(self, budget: int):
@@ -87,13 +126,19 @@ class VllmScheduler(TokenBudgetScheduler):
             rid = run[i]
             n = min(int(self._want(rid)), budget)
             while kv.allocate(rid, int(t.computed[rid]), n) is None:
-                victim = run.pop()
+                j = self._victim(run)
+                victim = run.pop(j)
                 kv.free(victim)
                 t.preempt(victim)
                 self.waiting.appendleft(victim)
                 preempted = True
                 if victim == rid:
                     break
+                if j < i:  # scheduled earlier in this step: give its tokens back
+                    k = ids.index(victim)
+                    ids.pop(k)
+                    budget += new.pop(k)
+                    i -= 1
             else:
                 ids.append(rid)
                 new.append(n)

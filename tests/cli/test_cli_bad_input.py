@@ -41,6 +41,13 @@ CASES = {
                                 ["cost_model.step_time_ms=0"]),
     "calibration_unknown": (["cost_model.calibration=nope"],
                             ["cost_model.calibration", "nope"]),
+    "chunk_over_budget": (["scheduler=sarathi", "scheduler.chunk_size=4096"],
+                          ["scheduler.chunk_size=4096"]),
+    "queue_delay_negative": (["scheduler=dynamic", "scheduler.max_queue_delay_ms=-1"],
+                             ["scheduler.max_queue_delay_ms=-1"]),
+    "policy_unknown": (["scheduler.policy=lifo"], ["scheduler.policy", "lifo"]),
+    "router_unknown": (["cluster.replicas=2", "cluster.router=nope"], ["cluster.router", "nope"]),
+    "backend_unknown": (["backend.name=tgi"], ["backend.name", "tgi"]),
 }
 @pytest.fixture(scope="module")
 def bad_runs(tmp_path_factory, sim_cli):

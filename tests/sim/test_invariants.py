@@ -194,7 +194,7 @@ def cluster_scenario(draw):
     # A decode replica receives requests whose prompt KV is already there (computed =
     # prompt − 1, as vLLM's P/D connector sets it); sarathi and trtllm still admit a waiting
     # request as if nothing of it were computed, so they are left out of disaggregation here.
-    disagg = cfg.scheduler.name not in ("sarathi", "trtllm") and draw(st.booleans())
+    disagg = draw(st.booleans())
     cfg.cluster = ClusterConfig(
         replicas=draw(st.integers(1, 4)), router=draw(st.sampled_from(sorted(ROUTERS))),
         disaggregated=disagg, prefill_replicas=draw(st.integers(1, 2)),
