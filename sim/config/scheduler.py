@@ -1,36 +1,85 @@
-"""Schema and checks of ``scheduler=``: the batching policy of one serving instance."""
+"""Schema and checks of ``scheduler=``: the batching policy of one serving instance.
+
+One schema carries the fields of every policy, so that a sweep over ``scheduler=`` can share
+overrides such as ``scheduler.max_num_seqs``; each YAML of ``conf/scheduler/`` lists only the
+fields its policy reads, and each field's comment says which policies read it.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sim.config.common import positive
 from sim.config.model import ModelConfig
 from sim.errors import ConfigError
 
+# every scheduler.name (sim/schedulers/<name>.py); sim.schedulers.SCHEDULERS has the same keys
+SCHEDULER_NAMES = ("static", "dynamic", "orca", "vllm", "sarathi", "trtllm", "edf")
+# policies that never split a prompt: a whole prompt must fit in one step's token budget
+WHOLE_PROMPT = ("static", "dynamic", "orca")
+VLLM_POLICIES = ("fcfs", "priority")
+CAPACITY_POLICIES = ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION")
+
 
 @dataclass
 class SchedulerConfig:
-    """Batching policy of one serving instance and its limits (vLLM names)."""
+    """Batching policy of one serving instance and its limits (vLLM names where they exist)."""
 
     name: str = "vllm"
+    # all: most requests in one step (static/dynamic: the batch size; TRT-LLM: max_batch_size)
     max_num_seqs: int = 1024
+    # all: most tokens in one step (static/dynamic: of the padded prefill; TRT-LLM: max_num_tokens)
     max_num_batched_tokens: int = 8192
+    # vllm, edf, trtllm: split prompts longer than what is left of the budget
     enable_chunked_prefill: bool = True
+    # vllm, edf: cap on one request's tokens per step (0 = off)
     long_prefill_token_threshold: int = 0
     # None: the model's max_position_embeddings.
     max_model_len: int | None = None
+    # vllm: fcfs, or priority (waiting by (priority, arrival); preempt least urgent first)
+    policy: str = "fcfs"
+    # dynamic: longest wait of the oldest request before a batch that is not full starts
+    max_queue_delay_ms: float = 0.0
+    # sarathi: token budget of one step (decodes plus prefill chunks), Sarathi-Serve's chunk_size
+    chunk_size: int = 512
+    # trtllm: GUARANTEED_NO_EVICT or MAX_UTILIZATION
+    capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"
+
+
+def _choice(field: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(field, value, f"one of {list(choices)}")
 
 
 def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:
-    """Scheduler limits must admit at least one token of one request."""
-    if s.name != "vllm":
-        raise ConfigError("scheduler.name", s.name, "one of ['vllm']")
+    """Scheduler limits must admit at least one token of one request, and every policy's own
+    fields must make sense."""
+    _choice("scheduler.name", s.name, SCHEDULER_NAMES)
     positive("scheduler.max_num_seqs", s.max_num_seqs)
     positive("scheduler.max_num_batched_tokens", s.max_num_batched_tokens)
+    if s.max_num_batched_tokens < s.max_num_seqs:
+        # as vLLM: every running sequence must be able to decode in one step
+        raise ConfigError("scheduler.max_num_batched_tokens", s.max_num_batched_tokens,
+                          f"must be >= scheduler.max_num_seqs={s.max_num_seqs}")
     if s.long_prefill_token_threshold < 0:
         raise ConfigError("scheduler.long_prefill_token_threshold",
                           s.long_prefill_token_threshold, "must be >= 0 (0 = off)")
+    _choice("scheduler.policy", s.policy, VLLM_POLICIES)
+    if s.policy != "fcfs" and s.name != "vllm":
+        raise ConfigError("scheduler.policy", s.policy,
+                          f"only scheduler=vllm reads it (this is scheduler={s.name}); "
+                          "keep fcfs, or use scheduler=edf for deadline order")
+    if not (math.isfinite(s.max_queue_delay_ms) and s.max_queue_delay_ms >= 0):
+        raise ConfigError("scheduler.max_queue_delay_ms", s.max_queue_delay_ms,
+                          "must be a finite number >= 0")
+    positive("scheduler.chunk_size", s.chunk_size)
+    if s.name == "sarathi" and s.chunk_size > s.max_num_batched_tokens:
+        raise ConfigError("scheduler.chunk_size", s.chunk_size,
+                          f"must be <= scheduler.max_num_batched_tokens="
+                          f"{s.max_num_batched_tokens} (the step's token budget)")
+    _choice("scheduler.capacity_scheduler_policy", s.capacity_scheduler_policy,
+            CAPACITY_POLICIES)
     if s.max_model_len is not None:
         positive("scheduler.max_model_len", s.max_model_len)
         if s.max_model_len > model.max_position_embeddings:
@@ -38,11 +87,14 @@ def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:
                               f"must be <= model.max_position_embeddings="
                               f"{model.max_position_embeddings}")
     max_len = s.max_model_len or model.max_position_embeddings
-    if not s.enable_chunked_prefill and s.max_num_batched_tokens < max_len:
+    whole = s.name in WHOLE_PROMPT or (s.name != "sarathi" and not s.enable_chunked_prefill)
+    if whole and s.max_num_batched_tokens < max_len:
         # as vLLM: without chunking a whole prompt must fit in one step's budget
+        why = (f"scheduler={s.name} prefills whole prompts" if s.name in WHOLE_PROMPT
+               else "enable_chunked_prefill is false")
         raise ConfigError("scheduler.max_num_batched_tokens", s.max_num_batched_tokens,
-                          f"must be >= max_model_len={max_len} when enable_chunked_prefill "
-                          "is false")
+                          f"must be >= max_model_len={max_len} when {why} "
+                          "(or lower scheduler.max_model_len)")
 
 
 # (group, schema name, dataclass) registered with Hydra by ``sim.app``
