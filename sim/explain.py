@@ -1,99 +1,280 @@
-"""``python -m sim.explain``: one engine step on the roofline, operator by operator.
+"""``python -m sim.explain``: read one engine step as operators on the roofline, and the memory
+plan that decides how many such steps can run at once.
 
-    python -m sim.explain [--decode SEQSxCONTEXT] [--prefill SEQSxTOKENS[+CACHED]] [overrides]
+    python -m sim.explain [batch=PARTS] [context=N] [chart=PATH|none] [any python -m sim override]
 
-e.g. ``python -m sim.explain --decode 64x2048 --prefill 1x4096 model=llama3_70b
-cluster.tensor_parallel_size=4``. Prints each operator's FLOPs, bytes, arithmetic intensity
-against the GPU's ridge point (peak FLOP/s ÷ bandwidth), the roof that binds it and its share
-of the step time. Overrides are the same Hydra overrides as ``python -m sim``.
+e.g. ``python -m sim.explain model=llama3_8b hardware=h100_sxm backend=vllm
+batch=prefill:1x4096+decode:64x2000``.
+
+``batch=`` grammar (no commas and no spaces, so it needs no shell quoting and is no Hydra sweep)::
+
+    PARTS := PART ('+' PART)*
+    PART  := 'prefill:' SEQS 'x' TOKENS ['@' CACHED]  SEQS sequences, each computing TOKENS new
+                                                      tokens over CACHED tokens already in its
+                                                      KV cache (a prefill chunk; CACHED 0 if
+                                                      left out)
+           | 'decode:' SEQS 'x' CONTEXT              SEQS sequences, each generating one token
+                                                      over CONTEXT cached tokens
+
+Default ``prefill:1x4096+decode:64x2000``. ``context=N`` is the sequence length at which the
+memory plan counts the maximum concurrent sequences (default: the longest sequence of the batch
+after this step, cached + new tokens). ``chart=PATH`` is where the roofline PNG goes: explain
+runs no Hydra job and so has no run dir, and the default is ``roofline.png`` in the current
+directory; ``chart=none`` skips it. Every other ``key=value`` is a ``python -m sim`` override.
+
+It prints (1) every operator of the step with its count, FLOPs, bytes, arithmetic intensity,
+the GPU's balance point (peak FLOP/s ÷ memory bandwidth) for the dtype it runs in, the binding
+roof, its predicted time and share of the step; (2) the KV-cache bytes per token and any fixed
+per-request state; (3) the memory plan; and writes (4) the roofline chart.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+import sim.memory as memory
+from analysis.roofline_chart import write_roofline_chart
 from sim.builders import build_cost_model, check_config, plain
 from sim.errors import ConfigError
 from sim.preflight import compose_or_exit
 
-SHAPE = re.compile(r"^(\d+)x(\d+)(?:\+(\d+))?$")
+DEFAULT_BATCH = "prefill:1x4096+decode:64x2000"
+OWN_KEYS = ("batch", "context", "chart")
+PART = re.compile(r"^(prefill|decode):(\d+)x(\d+)(?:@(\d+))?$")
+GRAMMAR = ("'+'-joined parts prefill:SEQSxTOKENS[@CACHED] or decode:SEQSxCONTEXT, "
+           "e.g. prefill:1x4096+decode:64x2000")
 
 
-def parse_shape(flag: str, text: str | None) -> tuple[int, int, int]:
-    """``SEQSxTOKENS[+CACHED]`` → (sequences, tokens, cached tokens)."""
-    if not text:
-        return 0, 0, 0
-    m = SHAPE.match(text)
-    if not m:
-        raise ConfigError(flag, text, "SEQSxTOKENS or SEQSxTOKENS+CACHED, e.g. 64x2048")
-    return int(m[1]), int(m[2]), int(m[3] or 0)
+@dataclass(frozen=True)
+class BatchPart:
+    """``seqs`` sequences that each compute ``new`` tokens over ``cached`` ones."""
+
+    kind: str
+    seqs: int
+    new: int
+    cached: int
 
 
-def batch_shape(decode: str | None, prefill: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """New and cached tokens per sequence of the step to explain."""
-    d_seqs, d_ctx, _ = parse_shape("--decode", decode)
-    p_seqs, p_tokens, p_cached = parse_shape("--prefill", prefill)
-    if d_seqs + p_seqs == 0:
-        raise ConfigError("--decode/--prefill", None, "give at least one sequence")
-    new = np.concatenate([np.ones(d_seqs, np.int64), np.full(p_seqs, p_tokens, np.int64)])
-    ctx = np.concatenate([np.full(d_seqs, d_ctx, np.int64), np.full(p_seqs, p_cached, np.int64)])
+def parse_batch(text: str) -> list[BatchPart]:
+    """Parse ``batch=`` text (grammar in the module doc); one ConfigError naming ``batch``."""
+    parts = []
+    for piece in str(text).split("+"):
+        m = PART.match(piece)
+        if not m:
+            raise ConfigError("batch", text, f"cannot read {piece!r}; expected {GRAMMAR}")
+        kind, seqs, tokens, cached = m[1], int(m[2]), int(m[3]), m[4]
+        if kind == "decode" and cached is not None:
+            raise ConfigError("batch", text, f"{piece!r}: decode:SEQSxCONTEXT takes no @CACHED "
+                              "(its context is the cached tokens)")
+        if seqs < 1 or tokens < 1:
+            raise ConfigError("batch", text, f"{piece!r}: sequences and tokens must be >= 1")
+        parts.append(BatchPart(kind, seqs, 1, tokens) if kind == "decode"
+                     else BatchPart(kind, seqs, tokens, int(cached or 0)))
+    return parts
+
+
+def batch_arrays(parts: list[BatchPart]) -> tuple[np.ndarray, np.ndarray]:
+    """New and cached tokens per sequence of the step (the cost model's batch shape)."""
+    new = np.concatenate([np.full(p.seqs, p.new, np.int64) for p in parts])
+    ctx = np.concatenate([np.full(p.seqs, p.cached, np.int64) for p in parts])
     return new, ctx
 
 
-def explain(cfg, new: np.ndarray, ctx: np.ndarray) -> tuple[pd.DataFrame, dict]:
-    """The step's operators as a table, and the step's totals."""
-    cfg = plain(cfg)
-    check_config(cfg)
+def _dtype_label(dtype: str) -> str:
+    return "fp8" if dtype == "fp8" else "bf16"
+
+
+def peaks(hw) -> dict[str, float]:
+    """Dense peak FLOP/s per dtype label of a GPU (fp8 only where it has FP8 tensor cores)."""
+    out = {"bf16": float(hw.bf16_flops)}
+    if hw.fp8_flops:
+        out["fp8"] = float(hw.fp8_flops)
+    return out
+
+
+def operator_table(cfg, new: np.ndarray, ctx: np.ndarray) -> tuple[pd.DataFrame, dict]:
+    """Every operator of the step with its roofline numbers, and the step's totals.
+
+    ``cfg`` holds plain config groups (``sim.builders.plain``). An operator with FLOPs runs
+    against the peak of the dtype the cost model reports for it (``OperatorCost.dtype``), or
+    of the model's layer dtype when the cost model does not say; one without FLOPs has no
+    balance point.
+    """
     model = build_cost_model(cfg)
     ops = model.breakdown(new, ctx)
-    total = sum(op.time_s for op in ops)
-    table = pd.DataFrame({
+    roofs = peaks(cfg.hardware)
+    bw = float(cfg.hardware.hbm_bandwidth)
+    # operators without FLOPs (copies, collectives, host) have no compute roof to meet
+    reported = [getattr(op, "dtype", None) for op in ops if op.flops > 0]
+    dtypes = [_dtype_label(getattr(op, "dtype", None) or cfg.model.dtype) if op.flops > 0
+              else "-" for op in ops]
+    t = pd.DataFrame({
         "operator": [op.name for op in ops],
         "count": [op.count for op in ops],
-        "GFLOP": [op.flops / 1e9 for op in ops],
-        "MB": [op.bytes / 1e6 for op in ops],
-        "FLOP/B": [op.intensity if op.bytes else np.nan for op in ops],
+        "flops": [float(op.flops) for op in ops],
+        "bytes": [float(op.bytes) for op in ops],
+        "time_s": [float(op.time_s) for op in ops],
         "bound": [op.bound for op in ops],
-        "time_us": [op.time_s * 1e6 for op in ops],
-        "share_%": [100 * op.time_s / total for op in ops],
+        "dtype": dtypes,
     })
-    hw = cfg.hardware
-    peak = hw.fp8_flops if cfg.model.dtype == "fp8" else hw.bf16_flops
+    total = t["time_s"].sum()
+    t["GFLOP"] = t["flops"] / 1e9
+    t["MB"] = t["bytes"] / 1e6
+    t["FLOP/B"] = t["flops"] / t["bytes"].where(t["bytes"] > 0)
+    t["balance"] = [roofs[d] / bw if d in roofs else np.nan for d in dtypes]
+    t["TFLOP/s"] = (t["flops"] / t["time_s"].where(t["time_s"] > 0)).fillna(0.0) / 1e12
+    t["time_us"] = t["time_s"] * 1e6
+    t["share_%"] = 100 * t["time_s"] / total if total > 0 else 0.0
     step = model.step_cost(new, ctx)
-    totals = {"step_ms": total * 1e3, "ridge_flop_per_byte": peak / hw.hbm_bandwidth,
-              "bound": step.bound, "tokens": int(new.sum()), "sequences": len(new)}
-    return table, totals
+    totals = {"step_ms": total * 1e3, "bound": step.bound, "tokens": int(new.sum()),
+              "sequences": len(new), "balance": {d: p / bw for d, p in roofs.items()},
+              "peaks": roofs, "bandwidth": bw, "dtypes_reported": all(reported)}
+    return t, totals
+
+
+def kv_footprint(cfg) -> dict:
+    """KV-cache bytes per token on one GPU, and the fixed per-request state where the memory
+    model has one (hybrid linear-attention and sliding-window models)."""
+    tp = cfg.cluster.tensor_parallel_size
+    out = {"kv_bytes_per_token": memory.kv_bytes_per_token(cfg.model, cfg.kv_cache, tp)}
+    state = getattr(memory, "state_bytes_per_request", None)
+    if state is not None:
+        out["state_bytes_per_request"] = int(state(cfg.model, cfg.kv_cache, tp))
+    return out
+
+
+def memory_plan(cfg, context: int) -> dict:
+    """Where one GPU's memory goes and how many sequences of ``context`` tokens fit at once.
+
+    A sequence holds ceil(context / block_size) blocks plus its fixed state blocks; one of
+    ``num_gpu_blocks`` is vLLM's reserved null block. The engine also caps concurrency at
+    ``scheduler.max_num_seqs``.
+    """
+    tp, ep = cfg.cluster.tensor_parallel_size, getattr(cfg.cluster, "expert_parallel_size", 1)
+    b = memory.memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp,
+                             **({"ep": ep} if ep != 1 else {}))
+    state_blocks = int(getattr(b, "state_blocks_per_request", 0) or 0)
+    per_seq = -(-context // b.block_size) + state_blocks
+    kv_limit = (b.num_gpu_blocks - 1) // per_seq
+    return {
+        "usable_gib": b.usable_bytes / memory.GIB, "weights_gib": b.weight_bytes / memory.GIB,
+        "activations_gib": b.activation_bytes / memory.GIB,
+        "other_gib": b.other_bytes / memory.GIB, "kv_cache_gib": b.kv_cache_bytes / memory.GIB,
+        "num_gpu_blocks": b.num_gpu_blocks, "block_size": b.block_size,
+        "max_tokens": b.max_tokens, "context": context, "blocks_per_seq": per_seq,
+        "state_blocks_per_request": state_blocks, "kv_limited_seqs": kv_limit,
+        "max_num_seqs": cfg.scheduler.max_num_seqs,
+        "max_concurrent_seqs": min(kv_limit, cfg.scheduler.max_num_seqs),
+    }
+
+
+def check_batch(cfg, parts: list[BatchPart], text: str) -> None:
+    """No sequence of the batch may be longer than the model's context window."""
+    limit = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
+    longest = max(p.new + p.cached for p in parts)
+    if longest > limit:
+        raise ConfigError("batch", text, f"a sequence of {longest} tokens exceeds "
+                          f"max_model_len={limit}")
+
+
+def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Explain's own ``key=value`` arguments, and the overrides left for Hydra."""
+    own, rest = {}, []
+    for a in argv:
+        key, eq, value = a.partition("=")
+        if eq and key in OWN_KEYS:
+            own[key] = value
+        else:
+            rest.append(a)
+    return own, rest
+
+
+def _positive_int(key: str, text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(key, text, "a positive integer number of tokens")
+    return int(text)
+
+
+def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict | None) -> str:
+    """The text ``python -m sim.explain`` prints."""
+    m, hw, tp = cfg.model, cfg.hardware, cfg.cluster.tensor_parallel_size
+    bal = ", ".join(f"{d} {v:,.0f}" for d, v in totals["balance"].items())
+    lines = [f"{m.name} ({m.dtype}) on {tp}x {hw.name}, backend {cfg.backend.name}: one step "
+             f"of {totals['sequences']} sequences, {totals['tokens']} new tokens (per GPU)",
+             f"balance point (peak FLOP/s / memory bandwidth): {bal} FLOP/B",
+             "(on the roofline an operator below its balance is memory-bound, above it "
+             "compute-bound; bound below is the cost model's verdict with efficiencies)", ""]
+    cols = ["operator", "count", "GFLOP", "MB", "FLOP/B", "dtype", "balance", "bound",
+            "TFLOP/s", "time_us", "share_%"]
+    if not totals["dtypes_reported"] and _dtype_label(m.dtype) != "bf16":
+        lines.insert(-1, f"note: the cost model reports no per-operator dtype, so every operator "
+                     f"is placed against the {m.dtype} balance (attention and LM head run bf16)")
+    with pd.option_context("display.width", 140, "display.float_format", "{:,.2f}".format):
+        lines.append(table[cols].to_string(index=False, na_rep="-"))
+    lines += [f"step time {totals['step_ms']:.3f} ms, mostly {totals['bound']}-bound", "",
+              f"KV cache: {kv['kv_bytes_per_token']:,} bytes per token per GPU"]
+    if kv.get("state_bytes_per_request"):
+        lines.append(f"fixed per-request state: {kv['state_bytes_per_request']:,} bytes per "
+                     "GPU (does not grow with context)")
+    if plan:
+        lines += ["", f"memory plan per GPU: {plan['usable_gib']:.2f} GiB usable = "
+                  f"{plan['weights_gib']:.2f} weights + {plan['activations_gib']:.2f} "
+                  f"activations + {plan['other_gib']:.2f} other + {plan['kv_cache_gib']:.2f} "
+                  "KV cache",
+                  f"KV cache: {plan['num_gpu_blocks']:,} blocks of {plan['block_size']} tokens "
+                  f"= {plan['max_tokens']:,} tokens",
+                  f"at context {plan['context']:,}: {plan['blocks_per_seq']} blocks per sequence"
+                  f" -> {plan['kv_limited_seqs']:,} sequences fit; max concurrent "
+                  f"{plan['max_concurrent_seqs']:,} (scheduler.max_num_seqs="
+                  f"{plan['max_num_seqs']})"]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse flags and overrides, print the operator table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--decode", help="decode sequences × cached tokens, e.g. 64x2048")
-    ap.add_argument("--prefill", help="prefill sequences × chunk tokens [+ cached], e.g. 1x4096")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m sim")
-    a = ap.parse_args(argv)
-    if not a.decode and not a.prefill:
-        a.decode = "32x1024"
-    cfg = compose_or_exit(a.overrides)
+    """Parse arguments, print the step's operators and memory plan, write the chart."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    flags = [a for a in argv if a.startswith("-")]
+    if flags:
+        print(f"error: {flags[0]}: explain takes key=value arguments only, e.g. "
+              f"batch={DEFAULT_BATCH} (see --help)", file=sys.stderr)
+        return 2
+    own, overrides = split_args(argv)
+    cfg = plain(compose_or_exit(overrides))
+    text = own.get("batch", DEFAULT_BATCH)
     try:
-        new, ctx = batch_shape(a.decode, a.prefill)
-        table, t = explain(cfg, new, ctx)
+        check_config(cfg)
+        parts = parse_batch(text)
+        check_batch(cfg, parts, text)
+        new, ctx = batch_arrays(parts)
+        context = (_positive_int("context", own["context"]) if "context" in own
+                   else int((new + ctx).max()))
+        table, totals = operator_table(cfg, new, ctx)
+        kv = kv_footprint(cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    m, hw, tp = cfg.model, cfg.hardware, cfg.cluster.tensor_parallel_size
-    print(f"{m.name} ({m.dtype}) on {tp}× {hw.name}: one step of {t['sequences']} sequences, "
-          f"{t['tokens']} new tokens")
-    print(f"ridge point {t['ridge_flop_per_byte']:.0f} FLOP/B: below it an operator is "
-          "memory-bound, above it compute-bound")
-    with pd.option_context("display.width", 120, "display.float_format", "{:,.2f}".format):
-        print(table.to_string(index=False))
-    print(f"step time {t['step_ms']:.3f} ms, mostly {t['bound']}-bound")
+    try:
+        plan, plan_error = memory_plan(cfg, context), None
+    except ConfigError as e:  # the model does not fit: still show the step, then say so
+        plan, plan_error = None, e
+    print(format_report(cfg, table, totals, kv, plan))
+    chart = own.get("chart", "roofline.png")
+    if chart.lower() not in ("none", "null", "false", ""):
+        write_roofline_chart(table, totals["peaks"], totals["bandwidth"], Path(chart),
+                             f"{cfg.model.name} on {cfg.hardware.name}: {text}")
+        print(f"roofline chart: {chart}")
+    if plan_error is not None:
+        print(f"error: {plan_error}", file=sys.stderr)
+        return 2
     return 0
 
 

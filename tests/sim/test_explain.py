@@ -1,37 +1,240 @@
-"""``python -m sim.explain``: the step table adds up and names the right roofs."""
+"""``python -m sim.explain``: the operator table checked by hand, the memory plan, the chart,
+one-line errors, and every shipped GPU."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
+import yaml
 
-from sim.errors import ConfigError
-from sim.explain import batch_shape, explain, main
+import sim.explain as explain_module
+import sim.memory as memory
+from sim.builders import plain
+from sim.config import check_hardware
+from sim.cost.base import StepCost
+from sim.explain import (
+    batch_arrays,
+    kv_footprint,
+    main,
+    memory_plan,
+    operator_table,
+    parse_batch,
+)
+
+HARDWARE = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "hardware")
+                  .glob("*.yaml"))
+
+# Llama-3.1-8B (conf/model/llama3_8b.yaml, its config.json): the numbers the hand check uses
+L, H, HEADS, KV_HEADS, D, INTER, VOCAB = 32, 4096, 32, 8, 128, 14336, 128256
+BF16 = 2
 
 
-def test_table_adds_up_to_the_step_time(compose_cfg):
-    new, ctx = batch_shape("64x2048", "1x2048+512")
-    assert list(new[:2]) == [1, 1] and new[-1] == 2048 and ctx[-1] == 512
-    table, totals = explain(compose_cfg(), new, ctx)
+def gemm(m: int, n: int, k: int) -> tuple[float, float]:
+    """FLOPs and bytes of a bf16 [m,k]·[k,n] GEMM: read both inputs, write the output once."""
+    return 2.0 * m * n * k, BF16 * (m * k + k * n + m * n)
+
+
+def test_llama8b_decode_on_h100_by_hand(compose_cfg):
+    """64 sequences decoding at context 2000, one H100, bf16: each number from the
+    architecture, not from the code under test."""
+    cfg = plain(compose_cfg("model=llama3_8b", "hardware=h100_sxm", "backend=vllm"))
+    new, ctx = batch_arrays(parse_batch("decode:64x2000"))
+    table, totals = operator_table(cfg, new, ctx)
+    rows = table.set_index("operator")
+    S = 64
+
+    expected = {
+        "qkv_proj": [L * w for w in gemm(S, (HEADS + 2 * KV_HEADS) * D, H)],
+        "gate_up_proj": [L * w for w in gemm(S, 2 * INTER, H)],
+        "lm_head": list(gemm(S, VOCAB, H)),  # one position per sequence, once per step
+    }
+    keys = S * 2000 + S  # each decode token attends over its 2000 cached tokens and itself
+    expected["attn_decode"] = [
+        L * 4.0 * HEADS * D * keys,  # QKᵀ and PV: 2 FLOPs per multiply-add, 2 products
+        L * (keys * 2 * KV_HEADS * D * BF16 + 2 * S * HEADS * D * BF16),  # K,V read; Q,O
+    ]
+    for op, (flops, nbytes) in expected.items():
+        assert rows.loc[op, "flops"] == pytest.approx(flops, rel=1e-12), op
+        assert rows.loc[op, "bytes"] == pytest.approx(nbytes, rel=1e-12), op
+        assert rows.loc[op, "FLOP/B"] == pytest.approx(flops / nbytes, rel=1e-12), op
+        assert rows.loc[op, "GFLOP"] == pytest.approx(flops / 1e9, rel=1e-12), op
+    # 64 tokens through a weight GEMM: ~62 FLOP/B, far under the balance point
+    balance = 989.4e12 / 3.35e12
+    assert balance == pytest.approx(295.3, abs=0.1)
+    assert totals["balance"]["bf16"] == pytest.approx(balance)
+    with_flops = rows["flops"] > 0  # a bf16 model: one balance point; none without FLOPs
+    assert np.allclose(rows.loc[with_flops, "balance"], balance)
+    assert rows.loc[~with_flops, "balance"].isna().all()
+    assert (rows.loc[with_flops, "dtype"] == "bf16").all()
+    for op in ("qkv_proj", "gate_up_proj", "lm_head", "attn_decode"):
+        assert rows.loc[op, "bound"] == "memory", op
+    assert rows.loc["lm_head", "count"] == 1 and rows.loc["qkv_proj", "count"] == L
     assert table["time_us"].sum() / 1e3 == pytest.approx(totals["step_ms"])
     assert table["share_%"].sum() == pytest.approx(100)
+    assert totals["sequences"] == S and totals["tokens"] == S
+    assert kv_footprint(cfg)["kv_bytes_per_token"] == 2 * L * KV_HEADS * D * BF16 == 131_072
+
+
+def test_cli_prints_table_kv_and_memory_plan(tmp_path, capsys):
+    chart = tmp_path / "step.png"
+    assert main(["model=llama3_8b", "hardware=h100_sxm", "backend=vllm",
+                 "batch=decode:64x2000", f"chart={chart}"]) == 0
+    out = capsys.readouterr().out
+    assert "bf16 295, fp8 591 FLOP/B" in out
+    for op in ("qkv_proj", "gate_up_proj", "attn_decode", "lm_head", "host_overhead"):
+        assert op in out
+    assert "131,072 bytes per token" in out
+    assert "at context 2,001: 126 blocks per sequence" in out  # default: cached + new tokens
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_memory_plan_of_llama8b_on_h100(compose_cfg):
+    cfg = plain(compose_cfg("model=llama3_8b", "hardware=h100_sxm"))
+    plan = memory_plan(cfg, 2048)
+    # bf16 weights of the Llama architecture on one GPU, counted by hand
+    linear = H * (HEADS + 2 * KV_HEADS) * D + HEADS * D * H + 3 * H * INTER
+    weights = (L * linear + 2 * VOCAB * H + (2 * L + 1) * H) * BF16
+    assert plan["weights_gib"] == pytest.approx(weights / 2**30)
+    assert plan["usable_gib"] == pytest.approx(85520809984 * 0.9 / 2**30, rel=1e-9)
+    assert plan["blocks_per_seq"] == 2048 // 16
+    usable_blocks = plan["num_gpu_blocks"] - 1  # vLLM's null block holds no tokens
+    assert plan["kv_limited_seqs"] == usable_blocks // 128
+    assert plan["max_concurrent_seqs"] == min(plan["kv_limited_seqs"], 1024)
+    assert plan["kv_cache_gib"] == pytest.approx(
+        plan["usable_gib"] - plan["weights_gib"] - plan["activations_gib"] - plan["other_gib"])
+
+
+def test_fixed_state_is_reported_and_budgeted(compose_cfg, monkeypatch, capsys, tmp_path):
+    """When sim.memory knows a fixed per-request state (hybrid models) explain shows it and
+    counts its blocks per sequence."""
+    monkeypatch.setattr(memory, "state_bytes_per_request", lambda m, kv, tp: 3 * 2**20,
+                        raising=False)
+    real = memory.memory_budget
+
+    def with_state(*args, **kw):
+        b = real(*args, **kw)
+        return SimpleNamespace(**{**vars(b), "state_blocks_per_request": 2},
+                               max_tokens=b.max_tokens)
+
+    monkeypatch.setattr(memory, "memory_budget", with_state)
+    cfg = plain(compose_cfg())
+    assert kv_footprint(cfg)["state_bytes_per_request"] == 3 * 2**20
+    plan = memory_plan(cfg, 160)
+    assert plan["blocks_per_seq"] == 10 + 2
+    assert plan["kv_limited_seqs"] == (plan["num_gpu_blocks"] - 1) // 12
+    assert main(["batch=decode:4x100", "chart=none"]) == 0
+    assert "fixed per-request state: 3,145,728 bytes" in capsys.readouterr().out
+
+
+def test_batch_grammar():
+    new, ctx = batch_arrays(parse_batch("prefill:2x100@50+decode:3x7+prefill:1x9"))
+    assert new.tolist() == [100, 100, 1, 1, 1, 9]
+    assert ctx.tolist() == [50, 50, 7, 7, 7, 0]
+
+
+def test_mixed_batch_names_both_roofs(compose_cfg):
+    cfg = plain(compose_cfg())
+    table, totals = operator_table(cfg, *batch_arrays(parse_batch(
+        "prefill:1x2048@512+decode:64x2048")))
     rows = table.set_index("operator")
     assert rows.loc["attn_decode", "bound"] == "memory"
-    assert rows.loc["gate_up_proj", "bound"] == "compute"  # 2112 tokens: above the ridge
-    assert totals["ridge_flop_per_byte"] == pytest.approx(989.4e12 / 3.35e12)
+    assert rows.loc["gate_up_proj", "bound"] == "compute"  # 2112 tokens: above the balance
+    assert rows.loc["attn_prefill", "FLOP/B"] > totals["balance"]["bf16"]
 
 
-def test_cli_prints_the_table(capsys):
-    assert main(["--decode", "8x100", "cost_model.host_overhead_ms=0.1"]) == 0
-    out = capsys.readouterr().out
-    assert "ridge point 295 FLOP/B" in out and "qkv_proj" in out and "mostly memory-bound" in out
-
-
-@pytest.mark.parametrize("text", ["6x", "x5", "3*4", "0x0"])
-def test_bad_shape_is_one_line(text, capsys):
-    if text == "0x0":
-        with pytest.raises(ConfigError):
-            batch_shape(text, None)
-        return
-    assert main(["--decode", text]) == 2
+@pytest.mark.parametrize("args, field", [
+    (["batch=decode:64x"], "batch"),
+    (["batch=prefill:1x4096@"], "batch"),
+    (["batch=decode:0x5"], "batch"),
+    (["batch=decode:4x100@3"], "batch"),
+    (["batch=verify:1x2"], "batch"),
+    (["batch=decode:64x2000,prefill:1x10"], "batch"),  # a comma is not the separator
+    (["batch=prefill:1x200000"], "max_model_len"),  # longer than the context window
+    (["context=0"], "context"),
+    (["context=abc"], "context"),
+    (["--decode", "8x100"], "--decode"),
+    (["foo=1"], "foo"),
+    (["model.foo=1"], "model.foo"),
+    (["hardware=tpu_v9"], "hardware"),
+])
+def test_bad_input_is_one_line_exit_2(args, field, capsys):
+    try:
+        rc = main([*args, "chart=none"])
+    except SystemExit as e:  # composition errors exit from sim.preflight
+        rc = e.code
+    assert rc == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--decode" in err
+    assert err.startswith("error:") and err.count("\n") == 1 and field in err, err
+
+
+def test_model_that_does_not_fit_still_shows_the_step(capsys):
+    assert main(["model=llama3_70b", "batch=decode:8x1000", "chart=none"]) == 2
+    captured = capsys.readouterr()
+    assert "qkv_proj" in captured.out and "memory plan" not in captured.out
+    assert captured.err.count("\n") == 1 and "does not fit" in captured.err
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_every_gpu_composes_checks_and_explains(name, compose_cfg, capsys):
+    cfg = plain(compose_cfg(f"hardware={name}"))
+    hw = cfg.hardware
+    check_hardware(hw, cfg.model)
+    assert hw.name == name
+    assert hw.fp8_flops is None or hw.fp8_flops >= hw.bf16_flops
+    assert 16 * 2**30 < hw.hbm_bytes < 300 * 2**30 and 1 <= hw.gpus_per_node <= 72
+    text = (Path(__file__).resolve().parents[2] / "conf" / "hardware" / f"{name}.yaml").read_text()
+    assert "Source" in text  # each datasheet value says where it came from
+    if hw.calibration != name:  # borrowed efficiencies must be declared in the file
+        assert "carried over" in text and hw.calibration in text
+    assert yaml.safe_load(text)["name"] == name
+    assert main([f"hardware={name}", "batch=decode:16x1000", "chart=none"]) == 0
+    out = capsys.readouterr().out
+    assert f"on 1x {name}" in out and "max concurrent" in out
+
+
+def test_help_documents_the_batch_grammar(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill:' SEQS 'x' TOKENS ['@' CACHED]" in out and "chart=none" in out
+
+
+def test_entry_point_bad_batch_is_one_line_without_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sim.explain", "batch=decode:64x2000@5"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: batch=")
+    assert not (tmp_path / "roofline.png").exists()
+
+
+class _FakeCostModel:
+    """Two GEMMs, one with a reported dtype and one without, and a copy without FLOPs."""
+
+    def breakdown(self, new, ctx):
+        return [SimpleNamespace(name="fp8_gemm", count=1, flops=4e12, bytes=1e9, time_s=3e-3,
+                                bound="compute", dtype="fp8"),
+                SimpleNamespace(name="untyped_gemm", count=1, flops=1e9, bytes=1e8, time_s=1e-4,
+                                bound="memory"),
+                SimpleNamespace(name="copy", count=1, flops=0.0, bytes=1e8, time_s=1e-4,
+                                bound="memory", dtype="")]
+
+    def step_cost(self, new, ctx):
+        return StepCost(3.2e-3, compute_s=3e-3, memory_s=2e-4)
+
+
+def test_balance_follows_each_operators_dtype(compose_cfg, monkeypatch):
+    """An operator meets the compute roof of the dtype the cost model reports for it; without
+    one, the model's layer dtype; without FLOPs, no balance point at all."""
+    monkeypatch.setattr(explain_module, "build_cost_model", lambda cfg: _FakeCostModel())
+    cfg = plain(compose_cfg("model.dtype=fp8"))
+    table, totals = operator_table(cfg, *batch_arrays(parse_batch("decode:2x10")))
+    rows = table.set_index("operator")
+    assert rows.loc["fp8_gemm", "balance"] == pytest.approx(1978.9e12 / 3.35e12)
+    assert rows.loc["untyped_gemm", "dtype"] == "fp8"  # the model's layer dtype
+    assert np.isnan(rows.loc["copy", "balance"]) and rows.loc["copy", "dtype"] == "-"
+    assert rows.loc["fp8_gemm", "TFLOP/s"] == pytest.approx(4e12 / 3e-3 / 1e12)
+    assert not totals["dtypes_reported"] and totals["bound"] == "compute"
