@@ -37,18 +37,19 @@ def think_times(mean_s: float, dist: str, n: int, rng: np.random.Generator) -> n
 
 
 def closed_loop(
-    n: int, concurrency: int, mean_think_s: float, think_dist: str, rng: np.random.Generator
+    n: int, concurrency: int, mean_think_s: float, think_dist: str, rng: np.random.Generator,
+    ramp_up_s: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Schedule ``n`` requests over ``concurrency`` clients sending one request at a time.
 
     Row ``i`` belongs to client ``i % concurrency``. Returns ``(arrival_time_s, client,
-    think_time_s)``: each client's first row arrives at 0.0 with think time 0; every later row has
-    arrival NaN, to be set by the simulator to the completion of the client's previous request
-    plus that row's think time.
+    think_time_s)``: client ``c``'s first row arrives at ``c · ramp_up_s / concurrency`` (all at
+    0.0 without a ramp) with think time 0; every later row has arrival NaN, to be set by the
+    simulator to the completion of the client's previous request plus that row's think time.
     """
     client = np.arange(n, dtype=np.int64) % concurrency
     first = np.arange(n) < concurrency
-    arrival = np.where(first, 0.0, np.nan)
+    arrival = np.where(first, client * (ramp_up_s / concurrency), np.nan)
     think = think_times(mean_think_s, think_dist, n, rng)
     think[first] = 0.0
     return arrival, client, think

@@ -54,6 +54,9 @@ class WorkloadConfig:
     # closed_loop: mean think time between a completion and the client's next request.
     think_time_s: float = 0.0
     think_time_dist: str = "fixed"  # fixed | exponential
+    # closed_loop: clients start evenly spread over this many seconds (0: all at once), as load
+    # generators ramp up; a ramp keeps fixed-length clients from running in lockstep forever.
+    ramp_up_s: float = 0.0
     trace_path: str | None = None  # trace replay CSV (relative paths: against the cwd)
     time_scale: float = 1.0  # trace: multiply inter-arrival gaps by this (0.5 = twice as fast)
     # trace window [start, end) in the trace's own time, before scaling.
@@ -129,6 +132,7 @@ def check_workload(w: Any) -> None:
     _check_int_at_least("workload.num_requests", w.num_requests, 0 if is_trace else 1)
     _check_int_at_least("workload.concurrency", w.concurrency, 1)
     _check_nonnegative("workload.think_time_s", w.think_time_s)
+    _check_nonnegative("workload.ramp_up_s", w.ramp_up_s)
     _check_choice("workload.think_time_dist", w.think_time_dist, THINK_TIME_DISTS)
     _check_positive("workload.time_scale", w.time_scale)
     if not _finite(w.window_start_s):

@@ -83,7 +83,8 @@ def _synthetic_rows(
     n = int(w.num_requests)
     if w.arrival == "closed_loop":
         arrival, client, think = closed_loop(
-            n, int(w.concurrency), float(w.think_time_s), str(w.think_time_dist), rng_arrivals
+            n, int(w.concurrency), float(w.think_time_s), str(w.think_time_dist), rng_arrivals,
+            float(getattr(w, "ramp_up_s", 0.0)),
         )
     else:
         if w.arrival == "poisson":

@@ -51,3 +51,9 @@ def test_exponential_think_time_mean():
     t = think_times(1.5, "exponential", 100_000, np.random.default_rng(2))
     assert t.mean() == pytest.approx(1.5, rel=0.02)
     assert np.all(think_times(0.0, "exponential", 5, np.random.default_rng(2)) == 0.0)
+
+
+def test_closed_loop_ramp_spreads_first_requests_evenly():
+    arrival, client, _ = closed_loop(10, 4, 0.0, "fixed", np.random.default_rng(0), ramp_up_s=2.0)
+    assert arrival[:4].tolist() == [0.0, 0.5, 1.0, 1.5]
+    assert np.all(np.isnan(arrival[4:]))
