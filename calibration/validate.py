@@ -1,16 +1,17 @@
 """``python -m calibration validate``: the simulator against measured serving benchmarks.
 
     python -m calibration validate silicon_csv=PATH hardware=h100_sxm [backend=NAME]
-        [models=[a,b]] [limit=N] [requests_per_client=3] [fit_host=true]
+        [models=[a,b]] [limit=N] [requests_per_client=3] [ramp=true] [fit_host=true]
 
 Every row of a CSV in the layout of aiconfigurator's ``silicon_sample_h100.csv`` is a closed-loop
 benchmark: ``concurrency`` clients, each sending its next request when the previous one
 completes, every request ``isl`` prompt and ``osl`` output tokens. ``plan_rows`` maps each row
 to the project's config (the model whose ``hf_id`` matches ``model_path``, the row's backend
 and its scheduler, its parallel layout and dtype), or gives the reason it cannot be simulated.
-Each supported row is simulated with ``requests_per_client`` requests per client, all clients
-arriving at t=0; with 3 or more, each client's first (cold start) and last (drain) requests are
-not measured and the prediction is the mean over the others.
+Each supported row is simulated with ``requests_per_client`` requests per client; the clients'
+first requests are spread evenly over one request's estimated latency (``ramp=true``; all at
+t=0 with ``ramp=false``); with 3 or more, each client's first (cold start) and last (drain)
+requests are not measured and the prediction is the mean over the others.
 Measured TTFT/TPOT may be means or medians (the data does not say); we compare the mean.
 
 Printed: every row's predicted and measured TTFT and TPOT with the signed error
@@ -70,6 +71,7 @@ class ValidateConfig:
     ids: list[str] | None = None
     limit: int | None = None
     requests_per_client: int = 3
+    ramp: bool = True
     seed: int = 0
     worst: int = 10
     fit_host: bool = False
@@ -231,8 +233,8 @@ class RowSimulator:
     the ~100 kB calibrated YAML, which costs more than simulating a row.
     """
 
-    def __init__(self, requests_per_client: int, seed: int = 0) -> None:
-        self.per_client, self.seed = requests_per_client, seed
+    def __init__(self, requests_per_client: int, seed: int = 0, ramp: bool = True) -> None:
+        self.per_client, self.seed, self.ramp = requests_per_client, seed, ramp
 
     def __enter__(self) -> RowSimulator:
         self._hydra = initialize_config_dir(str(Path(conf.__file__).parent), version_base=None)
@@ -246,11 +248,18 @@ class RowSimulator:
         self._hydra.__exit__(*exc)
 
     def compose(self, plan: dict):
-        """The simulator's composed config of one plan, checked (``ConfigError`` if refused)."""
+        """The simulator's composed config of one plan, checked (``ConfigError`` if refused).
+
+        With ``ramp``, the clients' first requests are spread evenly over one request's
+        estimated latency (``request_latency_estimate``), as a benchmark's clients drift apart;
+        started together, fixed-length clients would prefill and finish in lockstep forever.
+        """
         c = plan["concurrency"]
         cfg = compose("config", overrides=[*plan["overrides"], f"seed={self.seed}",
                                            f"workload.num_requests={c * self.per_client}"])
         sim.builders.check_config(cfg)
+        if self.ramp:
+            cfg.workload.ramp_up_s = request_latency_estimate(cfg, plan)
         return cfg
 
     def run(self, cfg, host: tuple[float, float] | None = None) -> dict:
@@ -261,6 +270,23 @@ class RowSimulator:
             cfg.cost_model.host_overhead_per_seq_us = float(host[1])
         records = simulate(cfg, requests_for_seed(cfg.workload, cfg.seed))
         return measure(records, self.per_client)
+
+
+def request_latency_estimate(cfg, plan: dict) -> float:
+    """Seconds one request of the row takes on its own terms: its prompt's prefill (in chunks
+    of the token budget) plus ``osl`` decode steps of all ``concurrency`` sequences at the mean
+    context. From the cost model alone; nothing measured enters."""
+    cost = sim.builders.build_cost_model(sim.builders.plain(cfg))
+    isl, osl, c = plan["isl"], plan["osl"], plan["concurrency"]
+    budget = int(cfg.scheduler.max_num_batched_tokens)
+    prefill, done = 0.0, 0
+    while done < isl:
+        n = min(budget, isl - done)
+        prefill += cost.step_cost(np.array([n]), np.array([done])).time_s
+        done += n
+    ctx = np.full(c, isl + osl // 2, np.int64)
+    decode = cost.step_cost(np.ones(c, np.int64), ctx).time_s
+    return float(prefill + osl * decode)
 
 
 def measure(records, per_client: int) -> dict:
@@ -452,7 +478,7 @@ def run(cfg, outdir: Path) -> dict:
         plans = plans.head(cfg.limit).reset_index(drop=True)
     doc: dict[str, Any] = {"silicon_csv": str(cfg.silicon_csv), "hardware": cfg.hardware,
                            "requests_per_client": cfg.requests_per_client}
-    with RowSimulator(cfg.requests_per_client, cfg.seed) as simulator:
+    with RowSimulator(cfg.requests_per_client, cfg.seed, cfg.ramp) as simulator:
         if cfg.fit_host:
             fits, table = _fit_host(plans, simulator, cfg)
             doc["host_fit"] = fits
