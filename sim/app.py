@@ -24,7 +24,7 @@ from analysis.metrics import summarize
 from analysis.plots import write_plots
 from analysis.report import format_summary, write_run
 from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_for_seed
-from sim.builders import check_config
+from sim.builders import check_config, pool_memory_budgets
 from sim.config import (
     SCHEMAS,
     BackendConfig,
@@ -36,7 +36,7 @@ from sim.config import (
 )
 from sim.engine import simulate
 from sim.errors import ConfigError
-from sim.memory import GIB, memory_budget
+from sim.memory import GIB
 
 log = logging.getLogger("sim")
 
@@ -84,18 +84,23 @@ def _progress_enabled(setting: str) -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
 
 
+def log_memory_budgets(cfg) -> None:
+    """Log each pool's replica memory plan, from the function the replicas are sized by."""
+    for pool, b in pool_memory_budgets(cfg).items():
+        log.info("%s on %d×%d %s (tp × pp, %s pool): weights %.2f GiB/GPU, KV cache %.2f "
+                 "GiB/GPU → num_gpu_blocks=%d (block_size %d), max concurrent tokens %d",
+                 cfg.model.name, b.tensor_parallel_size, b.pipeline_parallel_size,
+                 cfg.hardware.name, pool, b.weight_bytes / GIB, b.kv_cache_bytes / GIB,
+                 b.num_gpu_blocks, b.block_size, b.max_tokens)
+
+
 def run(cfg: DictConfig, outdir: Path) -> dict:
     """One simulation end to end; returns the summary that was written to ``outdir``."""
     check_config(cfg)
     check_workload(cfg.workload)
     check_slo(cfg.slo)
     show_progress = _progress_enabled(cfg.progress)
-    tp = cfg.cluster.tensor_parallel_size
-    b = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp)
-    log.info("%s on %d× %s: weights %.2f GiB/GPU, KV cache %.2f GiB/GPU → num_gpu_blocks=%d "
-             "(block_size %d), max concurrent tokens %d", cfg.model.name, tp,
-             cfg.hardware.name, b.weight_bytes / GIB, b.kv_cache_bytes / GIB,
-             b.num_gpu_blocks, b.block_size, b.max_tokens)
+    log_memory_budgets(cfg)
     requests = requests_for_seed(cfg.workload, cfg.seed)
     with tqdm(total=len(requests), unit="req", disable=not show_progress, mininterval=0.5,
               desc="simulating") as bar:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -20,7 +21,14 @@ from sim.config import (
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
 from sim.cost.roofline import load_calibration
 from sim.kv_cache import PagedKVCache
-from sim.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, memory_budget, parameter_count
+from sim.memory import (
+    GIB,
+    MemoryBudget,
+    active_parameter_count,
+    kv_dtype_bytes,
+    memory_budget,
+    parameter_count,
+)
 from sim.records import LogHistogram
 from sim.schedulers import SCHEDULERS, TokenBudgetScheduler
 from sim.state import RequestTable
@@ -76,22 +84,54 @@ def plain(cfg) -> SimpleNamespace:
         else getattr(cfg, g) for g in groups})
 
 
+def replica_memory_budget(cfg) -> MemoryBudget:
+    """The memory plan of one replica of ``cfg`` (its ``tp × pp`` layout and expert
+    parallelism): the one the replica's KV cache is sized by, and the one ``python -m sim``
+    logs."""
+    c = cfg.cluster
+    return memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache,
+                         c.tensor_parallel_size, ep=c.expert_parallel_size,
+                         pp=c.pipeline_parallel_size)
+
+
+def pool_memory_budgets(cfg) -> dict[str, MemoryBudget]:
+    """The memory plan of a replica of each pool: ``mixed``, or ``prefill`` and ``decode`` in
+    a disaggregated cluster (each with its own tensor-parallel size, as ``sim.cluster``
+    builds them)."""
+    cfg = plain(cfg)
+    c = cfg.cluster
+    if not c.disaggregated:
+        return {"mixed": replica_memory_budget(cfg)}
+    out = {}
+    for pool, tp in (("prefill", c.prefill_tensor_parallel_size),
+                     ("decode", c.decode_tensor_parallel_size)):
+        pool_cfg = SimpleNamespace(**vars(cfg))
+        pool_cfg.cluster = dataclasses.replace(
+            c, tensor_parallel_size=c.tensor_parallel_size if tp is None else tp)
+        out[pool] = replica_memory_budget(pool_cfg)
+    return out
+
+
 def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaParts:
     """Validate the config, size the KV cache from memory, and wire scheduler and cost model."""
     cfg = plain(cfg)
     check_config(cfg)
     tp = cfg.cluster.tensor_parallel_size
     ep = cfg.cluster.expert_parallel_size
-    budget = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp, ep=ep)
+    budget = replica_memory_budget(cfg)
     kv = PagedKVCache(budget.num_gpu_blocks, budget.block_size, table.size)
     scheduler = SCHEDULERS[cfg.scheduler.name](cfg.scheduler, table, kv, itl)
     max_model_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
     meta = {
         "parameters": parameter_count(cfg.model),
+        "active_parameters": active_parameter_count(cfg.model),
         "num_gpu_blocks": budget.num_gpu_blocks,
         "block_size": budget.block_size,
         "max_concurrent_tokens": budget.max_tokens,
-        "kv_bytes_per_token": kv_bytes_per_token(cfg.model, cfg.kv_cache, tp),
+        # of the binding pipeline stage, whose blocks these are
+        "kv_bytes_per_token": budget.block_bytes // budget.block_size,
+        "state_bytes_per_request": budget.state_bytes_per_request,
+        "state_blocks_per_request": budget.state_blocks_per_request,
         "weights_gib_per_gpu": round(budget.weight_bytes / GIB, 3),
         "activation_gib_per_gpu": round(budget.activation_bytes / GIB, 3),
         "kv_cache_gib_per_gpu": round(budget.kv_cache_bytes / GIB, 3),

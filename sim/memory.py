@@ -20,11 +20,20 @@ Parameter layout per layer, as in the Hugging Face / vLLM modules:
 Tensor parallelism splits heads and FFN columns; K/V heads are replicated when fewer than
 GPUs; MLA's down-projections (q_a, kv_a) are replicated. Routed experts are split over
 ``ep`` GPUs and each expert ``max(1, tp // ep)`` ways (ep = 1: every expert tensor-parallel).
-Embeddings, LM head, norms, biases, routers and convolutions stay 16-bit in FP8 checkpoints.
+With ``ep > 1`` the shared experts run whole on every GPU (replicated, as the cost model
+prices them). Embeddings, LM head, norms, biases, routers and convolutions stay 16-bit in FP8
+checkpoints (per-tensor ``fp8`` and block-scaled ``fp8_block`` alike: 1 byte per weight).
+
+Pipeline parallelism (``pp`` stages) splits the layers as vLLM does
+(``sim.config.parallel.pipeline_stage_layers``): the first stage also holds the embedding, the
+last the final norm and LM head (and the sampler's logits). Each stage's GPUs size their own
+cache, and vLLM then gives every stage the smallest ``num_gpu_blocks`` of all stages; the
+per-GPU figures here are those of the worst stage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from sim.config import (
@@ -34,7 +43,9 @@ from sim.config import (
     ModelConfig,
     SchedulerConfig,
 )
+from sim.config.common import WEIGHT_DTYPE_BYTES, activation_dtype
 from sim.config.model import MOE_DTYPE_BYTES, expert_dtype, layer_kinds
+from sim.config.parallel import pipeline_stage_layers
 from sim.errors import ConfigError
 
 GIB = 1024**3
@@ -43,6 +54,30 @@ SMALL_BYTES = 2  # norms, biases, routers, conv weights, embeddings: 16-bit
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: the indices of its layers, and whether it is the first (embedding)
+    or the last (final norm, LM head, sampler)."""
+
+    layers: range
+    first: bool = True
+    last: bool = True
+
+
+def pipeline_stages(m: ModelConfig, pp: int = 1) -> list[Stage]:
+    """The ``pp`` stages of ``m``, first stage first, with vLLM's layer split."""
+    out, start = [], 0
+    counts = pipeline_stage_layers(m.num_hidden_layers, pp)
+    for i, n in enumerate(counts):
+        out.append(Stage(range(start, start + n), i == 0, i == len(counts) - 1))
+        start += n
+    return out
+
+
+def _whole(m: ModelConfig) -> Stage:
+    return Stage(range(m.num_hidden_layers))
 
 
 @dataclass(frozen=True)
@@ -85,25 +120,33 @@ def _attention_weights(m: ModelConfig, kind: str, tp: int) -> tuple[int, int]:
     return linear, small
 
 
-def _weights(m: ModelConfig, tp: int = 1, ep: int = 1, active: bool = False) -> _Weights:
-    """Every parameter of one GPU's share; ``active``: only the top-k routed experts."""
+def _weights(m: ModelConfig, tp: int = 1, ep: int = 1, active: bool = False,
+             stage: Stage | None = None) -> _Weights:
+    """Every parameter of one GPU's share of ``stage`` (default: the whole model);
+    ``active``: only the top-k routed experts."""
+    st = stage or _whole(m)
     h = m.hidden_size
     linear = small = experts = 0
-    kinds = layer_kinds(m)
+    kinds = layer_kinds(m)[st.layers.start:st.layers.stop]
     for kind in set(kinds):
         n = kinds.count(kind)
         lin, sm = _attention_weights(m, kind, tp)
         linear, small = linear + n * lin, small + n * sm
-    n_moe = m.num_hidden_layers - m.first_k_dense_replace if m.num_experts else 0
-    linear += (m.num_hidden_layers - n_moe) * _cdiv(3 * h * m.intermediate_size, tp)
+    moe_from = m.first_k_dense_replace if m.num_experts else m.num_hidden_layers
+    n_moe = len(range(max(st.layers.start, moe_from), st.layers.stop))
+    linear += (len(st.layers) - n_moe) * _cdiv(3 * h * m.intermediate_size, tp)
     if n_moe:
         local = m.num_experts_per_tok if active else _cdiv(m.num_experts, ep)
         per_expert = _cdiv(3 * h * m.moe_intermediate_size, max(1, tp // ep))
         experts = n_moe * local * per_expert
-        linear += n_moe * _cdiv(3 * h * m.shared_expert_intermediate_size, tp)
+        # with expert parallelism the shared experts are replicated, whole, on every GPU
+        shared_split = 1 if ep > 1 else tp
+        linear += n_moe * _cdiv(3 * h * m.shared_expert_intermediate_size, shared_split)
         small += n_moe * h * m.num_experts  # router, replicated
-    small += (2 * m.num_hidden_layers + 1) * h  # two norms per layer and the final norm
-    vocab = (1 if m.tie_word_embeddings else 2) * _cdiv(m.vocab_size * h, tp)
+    small += (2 * len(st.layers) + st.last) * h  # two norms per layer, the final norm
+    # a tied LM head is the embedding matrix, held again by the last stage when pp > 1
+    matrices = st.first + st.last - (st.first and st.last and m.tie_word_embeddings)
+    vocab = matrices * _cdiv(m.vocab_size * h, tp)
     return _Weights(linear, experts, small, vocab)
 
 
@@ -127,21 +170,29 @@ def active_parameter_count(m: ModelConfig, count_embedding: bool = False) -> int
     return w.total - (0 if count_embedding else embed)
 
 
-def weight_bytes_per_gpu(m: ModelConfig, tp: int, ep: int = 1) -> int:
-    """Weight memory of one GPU of a ``tp``-way replica whose experts span ``ep`` GPUs.
+def stage_weight_bytes(m: ModelConfig, tp: int, ep: int, stage: Stage) -> int:
+    """Weight memory of one GPU of pipeline stage ``stage`` (see ``weight_bytes_per_gpu``)."""
+    w = _weights(m, tp, ep, stage=stage)
+    experts = w.experts * MOE_DTYPE_BYTES[expert_dtype(m)]
+    return int(w.linear * WEIGHT_DTYPE_BYTES[m.dtype] + experts
+               + (w.small + w.vocab) * SMALL_BYTES)
+
+
+def weight_bytes_per_gpu(m: ModelConfig, tp: int, ep: int = 1, pp: int = 1) -> int:
+    """Weight memory of one GPU of the heaviest stage of a ``tp × pp`` replica whose
+    experts span ``ep`` GPUs.
 
     Heads and FFN columns split ``tp`` ways (K/V heads replicated when fewer than GPUs);
-    routed experts split ``ep`` ways and each expert ``max(1, tp // ep)`` ways; the
-    vocab-parallel embedding and LM head split too and stay bf16 in FP8 checkpoints.
+    routed experts split ``ep`` ways and each expert ``max(1, tp // ep)`` ways, shared experts
+    replicated when ``ep > 1``; the vocab-parallel embedding (first stage) and LM head (last
+    stage) split too and stay bf16 in FP8 checkpoints.
     """
-    w = _weights(m, tp, ep)
-    experts = w.experts * MOE_DTYPE_BYTES[expert_dtype(m)]
-    return int(w.linear * DTYPE_BYTES[m.dtype] + experts + (w.small + w.vocab) * SMALL_BYTES)
+    return max(stage_weight_bytes(m, tp, ep, s) for s in pipeline_stages(m, pp))
 
 
 def activation_dtype_bytes(model: ModelConfig) -> int:
     """Bytes of one activation element: bf16 when the weights are FP8 (as vLLM runs them)."""
-    return DTYPE_BYTES["bfloat16" if model.dtype == "fp8" else model.dtype]
+    return DTYPE_BYTES[activation_dtype(model.dtype)]
 
 
 def kv_dtype_bytes(model: ModelConfig, kv: KVCacheConfig) -> int:
@@ -154,30 +205,29 @@ def kv_dtype_bytes(model: ModelConfig, kv: KVCacheConfig) -> int:
     return activation_dtype_bytes(model)
 
 
-def kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int) -> int:
-    """Cache that grows with each token: the full-attention layers, on one GPU of ``tp``.
+def _stage_kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int,
+                              stage: Stage) -> int:
+    kinds = layer_kinds(model)[stage.layers.start:stage.layers.stop]
+    if model.kv_lora_rank:
+        per_layer = model.kv_lora_rank + model.qk_rope_head_dim
+    else:
+        per_layer = 2 * max(1, model.num_key_value_heads // tp) * model.head_dim
+    return kinds.count("full_attention") * per_layer * kv_dtype_bytes(model, kv)
+
+
+def kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int, pp: int = 1) -> int:
+    """Cache that grows with each token: the full-attention layers of the largest pipeline
+    stage, on one GPU of ``tp``.
 
     Standard attention keeps K and V per KV head (replicated when fewer heads than GPUs);
     MLA keeps one latent of ``kv_lora_rank + qk_rope_head_dim`` per token, shared by all
     heads, so every GPU holds all of it (not split by TP).
     """
-    n_full = layer_kinds(model).count("full_attention")
-    if model.kv_lora_rank:
-        per_layer = model.kv_lora_rank + model.qk_rope_head_dim
-    else:
-        per_layer = 2 * max(1, model.num_key_value_heads // tp) * model.head_dim
-    return n_full * per_layer * kv_dtype_bytes(model, kv)
+    return max(_stage_kv_bytes_per_token(model, kv, tp, s) for s in pipeline_stages(model, pp))
 
 
-def state_bytes_per_request(model: ModelConfig, kv: KVCacheConfig, tp: int) -> int:
-    """Fixed per-request memory of the layers that do not grow with context, per GPU.
-
-    Sliding-window layers: K and V of ``sliding_window`` tokens, an upper bound (a shorter
-    request holds less; a prefill chunk briefly needs its own tokens on top). Linear-attention
-    (Gated DeltaNet) layers: the recurrent state (value heads × key dim × value dim) and the
-    short-convolution state (kernel − 1 past inputs of q, k, v), in the activation dtype.
-    """
-    kinds = layer_kinds(model)
+def _stage_state_bytes(model: ModelConfig, kv: KVCacheConfig, tp: int, stage: Stage) -> int:
+    kinds = layer_kinds(model)[stage.layers.start:stage.layers.stop]
     n_sliding, n_linear = kinds.count("sliding_attention"), kinds.count("linear_attention")
     kv_heads = max(1, model.num_key_value_heads // tp)
     sliding = n_sliding * 2 * kv_heads * model.head_dim * model.sliding_window
@@ -190,6 +240,19 @@ def state_bytes_per_request(model: ModelConfig, kv: KVCacheConfig, tp: int) -> i
         conv = (model.linear_conv_kernel_dim - 1) * conv_dim
         state += n_linear * (recurrent + conv) * activation_dtype_bytes(model)
     return state
+
+
+def state_bytes_per_request(model: ModelConfig, kv: KVCacheConfig, tp: int,
+                            pp: int = 1) -> int:
+    """Fixed per-request memory of the layers that do not grow with context, per GPU of the
+    pipeline stage that holds the most.
+
+    Sliding-window layers: K and V of ``sliding_window`` tokens, an upper bound (a shorter
+    request holds less; a prefill chunk briefly needs its own tokens on top). Linear-attention
+    (Gated DeltaNet) layers: the recurrent state (value heads × key dim × value dim) and the
+    short-convolution state (kernel − 1 past inputs of q, k, v), in the activation dtype.
+    """
+    return max(_stage_state_bytes(model, kv, tp, s) for s in pipeline_stages(model, pp))
 
 
 def _attention_width(m: ModelConfig, kind: str, tp: int) -> int:
@@ -208,25 +271,30 @@ def _attention_width(m: ModelConfig, kind: str, tp: int) -> int:
 
 
 def activation_peak_bytes(
-    model: ModelConfig, sched: SchedulerConfig, tp: int, ep: int = 1
+    model: ModelConfig, sched: SchedulerConfig, tp: int, ep: int = 1,
+    stage: Stage | None = None,
 ) -> int:
-    """Peak activation memory of vLLM's profiling run, per GPU (an estimate).
+    """Peak activation memory of vLLM's profiling run, per GPU of ``stage`` (default: the
+    whole model on one stage; an estimate).
 
     The widest live tensors of a forward pass over the full token budget: hidden state and
     residual, the attention projections' output, and the MLP's gate/up output and its
     activation (MoE: per routed copy of a token, plus its output before the combine, and the
-    shared experts); plus fp32 logits for every sequence the sampler may see.
+    shared experts) of the stage's layer kinds; plus, on the last stage (where the sampler
+    runs), fp32 logits for every sequence the sampler may see.
     """
-    m, t = model, sched.max_num_batched_tokens
-    attn = max(_attention_width(m, kind, tp) for kind in set(layer_kinds(m)))
+    m, t, st = model, sched.max_num_batched_tokens, stage or _whole(model)
+    kinds = layer_kinds(m)[st.layers.start:st.layers.stop]
+    attn = max(_attention_width(m, kind, tp) for kind in set(kinds))
+    moe_from = m.first_k_dense_replace if m.num_experts else m.num_hidden_layers
     widths = []
-    if not m.num_experts or m.first_k_dense_replace:
+    if st.layers.start < moe_from:
         widths.append(3 * m.intermediate_size // tp)
-    if m.num_experts:
+    if st.layers.stop > moe_from:
         routed = 3 * m.moe_intermediate_size // max(1, tp // ep) + m.hidden_size
         widths.append(m.num_experts_per_tok * routed + 3 * m.shared_expert_intermediate_size // tp)
     per_token = (2 * m.hidden_size + attn + max(widths)) * activation_dtype_bytes(m)
-    logits = sched.max_num_seqs * m.vocab_size * 4
+    logits = sched.max_num_seqs * m.vocab_size * 4 if st.last else 0
     return t * per_token + logits
 
 
@@ -234,8 +302,11 @@ def activation_peak_bytes(
 class MemoryBudget:
     """Where one GPU's memory goes, and the KV cache that results.
 
-    ``state_blocks_per_request`` blocks of the pool are the fixed state one running request
-    holds besides its growing KV (sliding-window and linear-attention layers; 0 otherwise).
+    With pipeline parallelism the figures are those of the binding stage (the one with the
+    fewest blocks; ``stage`` counts from 0), and ``num_gpu_blocks`` is that minimum, as vLLM
+    gives every stage. ``state_blocks_per_request`` blocks of the pool are the fixed state
+    one running request holds besides its growing KV (sliding-window and linear-attention
+    layers; 0 otherwise): the most any stage needs, in that stage's blocks.
     """
 
     usable_bytes: int
@@ -248,11 +319,47 @@ class MemoryBudget:
     block_size: int
     state_bytes_per_request: int = 0
     state_blocks_per_request: int = 0
+    stage: int = 0
+    pipeline_parallel_size: int = 1
+    tensor_parallel_size: int = 1
 
     @property
     def max_tokens(self) -> int:
         """Tokens the cache can hold at once across all requests (ignoring fixed state)."""
         return self.num_gpu_blocks * self.block_size
+
+
+def _stage_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig,
+                  kv: KVCacheConfig, tp: int, ep: int, pp: int, i: int,
+                  stage: Stage) -> MemoryBudget:
+    """One stage's own budget (its GPUs alone), refusing a stage that does not fit."""
+    usable = int(hw.hbm_bytes * kv.gpu_memory_utilization)
+    weights = stage_weight_bytes(model, tp, ep, stage)
+    acts = activation_peak_bytes(model, sched, tp, ep, stage)
+    other = int(kv.other_memory_gib * GIB)
+    free = usable - weights - acts - other
+    block_bytes = kv.block_size * _stage_kv_bytes_per_token(model, kv, tp, stage)
+    where = f" on pipeline stage {i} of {pp}" if pp > 1 else ""
+    if not block_bytes:
+        raise ConfigError("cluster.pipeline_parallel_size", pp,
+                          f"pipeline stage {i} (layers {stage.layers.start}-"
+                          f"{stage.layers.stop - 1}) holds no full_attention layer, so no "
+                          "paged KV cache; use fewer stages")
+    state = _stage_state_bytes(model, kv, tp, stage)
+    state_blocks = _cdiv(state, block_bytes)
+    # the null block, and one request's fixed state plus one block of its KV
+    if free < (2 + state_blocks) * block_bytes:
+        raise ConfigError(
+            "cluster.tensor_parallel_size",
+            tp,
+            f"model {model.name} does not fit{where}: {weights / GIB:.1f} GiB weights + "
+            f"{acts / GIB:.1f} GiB activations + {other / GIB:.1f} GiB other per GPU exceed "
+            f"{usable / GIB:.1f} GiB usable ({hw.name}, gpu_memory_utilization="
+            f"{kv.gpu_memory_utilization}); use more GPUs (tensor_parallel_size or "
+            "pipeline_parallel_size) or a larger GPU",
+        )
+    return MemoryBudget(usable, weights, acts, other, free, block_bytes, free // block_bytes,
+                        kv.block_size, state, state_blocks, i, pp, tp)
 
 
 def memory_budget(
@@ -262,25 +369,16 @@ def memory_budget(
     kv: KVCacheConfig,
     tp: int,
     ep: int = 1,
+    pp: int = 1,
 ) -> MemoryBudget:
-    """Size the KV cache of one replica; refuses a model that does not fit."""
-    usable = int(hw.hbm_bytes * kv.gpu_memory_utilization)
-    weights = weight_bytes_per_gpu(model, tp, ep)
-    acts = activation_peak_bytes(model, sched, tp, ep)
-    other = int(kv.other_memory_gib * GIB)
-    free = usable - weights - acts - other
-    block_bytes = kv.block_size * kv_bytes_per_token(model, kv, tp)
-    state = state_bytes_per_request(model, kv, tp)
-    state_blocks = _cdiv(state, block_bytes)
-    # the null block, and one request's fixed state plus one block of its KV
-    if free < (2 + state_blocks) * block_bytes:
-        raise ConfigError(
-            "cluster.tensor_parallel_size",
-            tp,
-            f"model {model.name} does not fit: {weights / GIB:.1f} GiB weights + "
-            f"{acts / GIB:.1f} GiB activations + {other / GIB:.1f} GiB other per GPU exceed "
-            f"{usable / GIB:.1f} GiB usable ({hw.name}, gpu_memory_utilization="
-            f"{kv.gpu_memory_utilization}); use more GPUs or a larger GPU",
-        )
-    return MemoryBudget(usable, weights, acts, other, free, block_bytes, free // block_bytes,
-                        kv.block_size, state, state_blocks)
+    """Size the KV cache of one ``tp × pp`` replica; refuses a model that does not fit.
+
+    Each stage sizes its own cache; the replica gets the smallest block count of all stages
+    (as vLLM's ``num_gpu_blocks`` with pipeline parallelism) and the largest fixed state.
+    """
+    stages = [_stage_budget(model, hw, sched, kv, tp, ep, pp, i, s)
+              for i, s in enumerate(pipeline_stages(model, pp))]
+    binding = min(stages, key=lambda b: b.num_gpu_blocks)
+    return dataclasses.replace(
+        binding, state_blocks_per_request=max(b.state_blocks_per_request for b in stages),
+        state_bytes_per_request=max(b.state_bytes_per_request for b in stages))

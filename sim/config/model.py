@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.config.common import DTYPE_BYTES, positive
+from sim.config.common import WEIGHT_DTYPE_BYTES, positive
 from sim.errors import ConfigError
 
 LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")
 # Bytes per routed-expert weight: the layer dtypes, plus OCP MXFP4 (4-bit values and one
 # 8-bit scale per 32 of them = 4.25 bits), the format gpt-oss ships its experts in.
-MOE_DTYPE_BYTES = {**DTYPE_BYTES, "mxfp4": 4.25 / 8}
+MOE_DTYPE_BYTES = {**WEIGHT_DTYPE_BYTES, "mxfp4": 4.25 / 8}
 
 
 @dataclass
@@ -34,7 +34,9 @@ class ModelConfig:
     vocab_size: int = 128256
     max_position_embeddings: int = 131072
     tie_word_embeddings: bool = False
-    dtype: str = "bfloat16"  # weights of the transformer layers (bfloat16, float16, fp8)
+    # weights of the transformer layers: bfloat16, float16, fp8 (per-tensor scales) or
+    # fp8_block (128x128 block scales: quantization_config.weight_block_size)
+    dtype: str = "bfloat16"
     attention_bias: bool = False  # q/k/v/o projections carry biases (gpt-oss, Qwen2)
     # q_proj also emits a sigmoid gate per head and channel (Qwen3-Next): twice as wide
     attn_output_gate: bool = False
@@ -127,8 +129,8 @@ def check_model(m: ModelConfig) -> None:
     if m.num_attention_heads % m.num_key_value_heads:
         raise ConfigError("model.num_key_value_heads", m.num_key_value_heads,
                           f"must divide num_attention_heads={m.num_attention_heads}")
-    if m.dtype not in DTYPE_BYTES:
-        raise ConfigError("model.dtype", m.dtype, f"one of {sorted(DTYPE_BYTES)}")
+    if m.dtype not in WEIGHT_DTYPE_BYTES:
+        raise ConfigError("model.dtype", m.dtype, f"one of {sorted(WEIGHT_DTYPE_BYTES)}")
     _check_moe(m)
     _check_layers(m)
 

@@ -7,7 +7,8 @@
   gate/up and down weights are read once each. Without expert parallelism (``ep = 1``) every
   GPU holds all ``E`` experts, each split ``tp`` ways, and sees all ``T·k`` pairs. With
   ``ep = tp`` each GPU holds ``E/ep`` whole experts and, on average, ``T·k/ep`` pairs touching
-  ``1/ep`` of the distinct experts. FP8 experts run at the FP8 peak; MXFP4 experts (gpt-oss)
+  ``1/ep`` of the distinct experts. FP8 experts (per-tensor or block-scaled, each with its own
+  MoE efficiency) run at the FP8 peak; MXFP4 experts (gpt-oss)
   are read as 4.25-bit weights and multiplied at the bf16 peak, as on GPUs without FP4 tensor
   cores, with the MXFP4 MoE efficiency where the calibration has one.
 - **Shared experts**: a dense gated MLP of ``shared_expert_intermediate_size``.

@@ -5,6 +5,11 @@ elementwise kernels and collectives, each through the calibrated time functions 
 Every method returns one run (``count = 1``) as an ``OperatorCost``; callers scale it by the
 number of layers. Attention-like kernels can also be priced over arrays (one entry per decode
 step of a window) as a ``Kernel``.
+
+Block-scaled FP8 weights (``fp8_block``) multiply at the FP8 peak with their own calibrated
+efficiency (the 128×128 block-scale kernels are slower than per-tensor FP8), or with the
+per-tensor ``fp8`` one when a calibration has none for them; operators report ``fp8`` as the
+math dtype whose peak they run against.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config import DTYPE_BYTES, HardwareConfig
+from sim.config import HardwareConfig
+from sim.config.common import WEIGHT_DTYPE_BYTES, is_fp8
 from sim.cost.base import OperatorCost
 from sim.cost.operators import (
     Efficiency,
@@ -56,6 +62,21 @@ def moe_work(num_tokens, hidden: int, inter: int, topk: int, distinct, w_bytes: 
     return flops, nbytes
 
 
+def math_dtype(dtype: str) -> str:
+    """The dtype whose tensor-core peak weights of ``dtype`` multiply at (``fp8`` for both FP8
+    scalings)."""
+    return "fp8" if is_fp8(dtype) else dtype
+
+
+def efficiency_key(dtype: str, table: dict) -> str:
+    """The entry of a calibrated ``table`` (GEMM or MoE efficiencies by dtype) that weights of
+    ``dtype`` use: their own, or for block-scaled FP8 the per-tensor FP8 one when the
+    calibration has none of its own."""
+    if dtype == "fp8_block" and dtype not in table:
+        return "fp8"
+    return dtype
+
+
 class Pricer:
     """Prices single operator runs on one GPU of ``hw`` with efficiencies ``eff``."""
 
@@ -64,23 +85,26 @@ class Pricer:
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s of the tensor cores for ``dtype``."""
-        return self.hw.fp8_flops if dtype == "fp8" else self.hw.bf16_flops
+        return self.hw.fp8_flops if is_fp8(dtype) else self.hw.bf16_flops
 
     def check_dtype(self, field: str, value: str, dtype: str, table: dict) -> None:
         """Refuse a math dtype the GPU lacks or the calibration has no efficiency for."""
-        if dtype == "fp8" and not self.hw.fp8_flops:
+        if is_fp8(dtype) and not self.hw.fp8_flops:
             raise ConfigError(field, value, f"{self.hw.name} has no FP8 tensor cores")
-        if dtype not in table:
-            raise ConfigError(field, value, f"no calibrated efficiency for {dtype}; "
+        if efficiency_key(dtype, table) not in table:
+            tried = f"{dtype} (nor fp8)" if dtype == "fp8_block" else dtype
+            raise ConfigError(field, value, f"no calibrated efficiency for {tried}; "
                               f"have {sorted(table)}")
 
     def gemm(self, name: str, m, n: int, k: int, dtype: str) -> OperatorCost:
         """C[m,n] = A[m,k]·B[k,n] with weights (B) in ``dtype``."""
-        f, b = gemm_work(m, n, k, DTYPE_BYTES[dtype])
-        t, cb = gemm_time(self.eff.gemm[dtype], m, n, k, self.peak(dtype),
-                          self.hw.hbm_bandwidth, DTYPE_BYTES[dtype], num_sms=self.hw.num_sms)
+        w_bytes = WEIGHT_DTYPE_BYTES[dtype]
+        f, b = gemm_work(m, n, k, w_bytes)
+        t, cb = gemm_time(self.eff.gemm[efficiency_key(dtype, self.eff.gemm)], m, n, k,
+                          self.peak(dtype), self.hw.hbm_bandwidth, w_bytes,
+                          num_sms=self.hw.num_sms)
         return OperatorCost(name, 1, float(f), float(b), float(t),
-                            "compute" if cb else "memory", dtype)
+                            "compute" if cb else "memory", math_dtype(dtype))
 
     def elementwise(self, name: str, nbytes: float, kernels: int) -> OperatorCost:
         """Memory-bound kernels (norms, rotary, activations, cache writes) moving ``nbytes``."""
@@ -110,9 +134,10 @@ class Pricer:
         """Routed experts' grouped GEMMs: ``num_tokens·topk`` pairs on ``num_experts`` local
         experts of which ``distinct`` are touched; math at the peak of ``dtype``, weights of
         ``w_bytes``, efficiency ``eff.moe[eff_key]`` (default: that of ``dtype``)."""
-        t, cb = moe_time(self.eff.moe[eff_key or dtype], num_tokens, hidden, inter, num_experts,
+        e = self.eff.moe[efficiency_key(eff_key or dtype, self.eff.moe)]
+        t, cb = moe_time(e, num_tokens, hidden, inter, num_experts,
                          topk, distinct, self.peak(dtype), self.hw.hbm_bandwidth, w_bytes,
                          self.hw.num_sms)
         f, b = moe_work(num_tokens, hidden, inter, topk, distinct, w_bytes)
         return OperatorCost(name, 1, float(f), float(b), float(t),
-                            "compute" if cb else "memory", dtype)
+                            "compute" if cb else "memory", math_dtype(dtype))

@@ -7,8 +7,9 @@ tensor- and expert-parallel communication (``sim.cost.layers``, ``sim.cost.moe``
 attention over the cache (``sim.cost.attention``); then the final norm, LM head, logits
 all-gather and sampler. Each operator takes ``max(compute, memory) + launch`` with calibrated
 efficiencies; the step adds a host overhead (scheduling, input preparation) that the GPU does
-not overlap. FP8 checkpoints run the layer GEMMs (and FP8 experts) at the FP8 peak; the
-embedding, LM head, router and attention math stay bf16.
+not overlap. FP8 checkpoints (per-tensor ``fp8`` or block-scaled ``fp8_block``, each with its
+calibrated efficiency) run the layer GEMMs (and FP8 experts) at the FP8 peak; the embedding,
+LM head, router and attention math stay bf16.
 """
 
 from __future__ import annotations
