@@ -40,7 +40,7 @@ import pandas as pd
 
 import sim.memory as memory
 from analysis.roofline_chart import write_roofline_chart
-from sim.builders import build_cost_model, check_config, plain
+from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
 from sim.errors import ConfigError
 from sim.preflight import compose_or_exit
 
@@ -87,7 +87,7 @@ def batch_arrays(parts: list[BatchPart]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _dtype_label(dtype: str) -> str:
-    return "fp8" if dtype == "fp8" else "bf16"
+    return "fp8" if dtype in ("fp8", "fp8_block") else "bf16"
 
 
 def peaks(hw) -> dict[str, float]:
@@ -141,12 +141,12 @@ def operator_table(cfg, new: np.ndarray, ctx: np.ndarray) -> tuple[pd.DataFrame,
 def kv_footprint(cfg) -> dict:
     """KV-cache bytes per token on one GPU, and the fixed per-request state where the memory
     model has one (hybrid linear-attention and sliding-window models)."""
-    tp = cfg.cluster.tensor_parallel_size
-    out = {"kv_bytes_per_token": memory.kv_bytes_per_token(cfg.model, cfg.kv_cache, tp)}
-    state = getattr(memory, "state_bytes_per_request", None)
-    if state is not None:
-        out["state_bytes_per_request"] = int(state(cfg.model, cfg.kv_cache, tp))
-    return out
+    tp, pp = cfg.cluster.tensor_parallel_size, cfg.cluster.pipeline_parallel_size
+    return {
+        "kv_bytes_per_token": memory.kv_bytes_per_token(cfg.model, cfg.kv_cache, tp, pp=pp),
+        "state_bytes_per_request": int(memory.state_bytes_per_request(
+            cfg.model, cfg.kv_cache, tp, pp=pp)),
+    }
 
 
 def memory_plan(cfg, context: int) -> dict:
@@ -156,10 +156,8 @@ def memory_plan(cfg, context: int) -> dict:
     ``num_gpu_blocks`` is vLLM's reserved null block. The engine also caps concurrency at
     ``scheduler.max_num_seqs``.
     """
-    tp, ep = cfg.cluster.tensor_parallel_size, getattr(cfg.cluster, "expert_parallel_size", 1)
-    b = memory.memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, tp,
-                             **({"ep": ep} if ep != 1 else {}))
-    state_blocks = int(getattr(b, "state_blocks_per_request", 0) or 0)
+    b = replica_memory_budget(cfg)
+    state_blocks = b.state_blocks_per_request
     per_seq = -(-context // b.block_size) + state_blocks
     kv_limit = (b.num_gpu_blocks - 1) // per_seq
     return {

@@ -54,7 +54,9 @@ def _dtypes(c: dict) -> dict[str, str]:
     if (method == "fp8" or str(q.get("quant_algo", "")).upper() == "FP8"
             or (method == "compressed-tensors" and weights.get("num_bits") == 8
                 and weights.get("type") == "float")):
-        return {"dtype": "fp8"}
+        # 128×128 block scales (DeepSeek-V3/R1, MiniMax-M2) run their own, slower kernels
+        block = q.get("weight_block_size") or weights.get("strategy") == "block"
+        return {"dtype": "fp8_block" if block else "fp8"}
     if method == "mxfp4":  # gpt-oss: experts in MXFP4, attention/router/embeddings bf16
         return {"dtype": dtype, "moe_dtype": "mxfp4"}
     raise ConfigError("model", f"quantization_config.quant_method={method or q}",

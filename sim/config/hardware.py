@@ -39,7 +39,7 @@ def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
         positive(f"hardware.{f}", getattr(h, f))
     if h.internode_latency_us < 0:
         raise ConfigError("hardware.internode_latency_us", h.internode_latency_us, "must be >= 0")
-    if model.dtype == "fp8" and not h.fp8_flops:
+    if model.dtype in ("fp8", "fp8_block") and not h.fp8_flops:
         raise ConfigError("model.dtype", model.dtype, f"{h.name} has no FP8 tensor cores")
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from sim import simulate
 
 REPO = Path(__file__).resolve().parents[2]
-SHELLS = {"app.py", "__main__.py", "preflight.py", "explain.py"}  # thin entry points may wire everything
+SHELLS = {"app.py", "__main__.py", "preflight.py", "explain.py"}  # entry points wire everything
 
 
 def test_same_seed_same_records(compose_cfg, requests_for):

@@ -13,8 +13,7 @@ import pytest
 import yaml
 
 import sim.explain as explain_module
-import sim.memory as memory
-from sim.builders import plain
+from sim.builders import plain, replica_memory_budget
 from sim.config import check_hardware
 from sim.cost.base import StepCost
 from sim.explain import (
@@ -109,26 +108,18 @@ def test_memory_plan_of_llama8b_on_h100(compose_cfg):
         plan["usable_gib"] - plan["weights_gib"] - plan["activations_gib"] - plan["other_gib"])
 
 
-def test_fixed_state_is_reported_and_budgeted(compose_cfg, monkeypatch, capsys, tmp_path):
-    """When sim.memory knows a fixed per-request state (hybrid models) explain shows it and
-    counts its blocks per sequence."""
-    monkeypatch.setattr(memory, "state_bytes_per_request", lambda m, kv, tp: 3 * 2**20,
-                        raising=False)
-    real = memory.memory_budget
-
-    def with_state(*args, **kw):
-        b = real(*args, **kw)
-        return SimpleNamespace(**{**vars(b), "state_blocks_per_request": 2},
-                               max_tokens=b.max_tokens)
-
-    monkeypatch.setattr(memory, "memory_budget", with_state)
-    cfg = plain(compose_cfg())
-    assert kv_footprint(cfg)["state_bytes_per_request"] == 3 * 2**20
+def test_fixed_state_is_reported_and_budgeted(compose_cfg, capsys):
+    """A model with sliding-window layers (gpt-oss) holds a fixed per-request state: explain
+    shows it and counts its blocks per sequence on top of the growing KV blocks."""
+    cfg = plain(compose_cfg("model=gpt_oss_120b"))
+    b = replica_memory_budget(cfg)
+    state = kv_footprint(cfg)["state_bytes_per_request"]
+    assert state > 0 and b.state_blocks_per_request == -(-state // b.block_bytes)
     plan = memory_plan(cfg, 160)
-    assert plan["blocks_per_seq"] == 10 + 2
-    assert plan["kv_limited_seqs"] == (plan["num_gpu_blocks"] - 1) // 12
-    assert main(["batch=decode:4x100", "chart=none"]) == 0
-    assert "fixed per-request state: 3,145,728 bytes" in capsys.readouterr().out
+    assert plan["blocks_per_seq"] == 160 // b.block_size + b.state_blocks_per_request
+    assert plan["kv_limited_seqs"] == (plan["num_gpu_blocks"] - 1) // plan["blocks_per_seq"]
+    assert main(["model=gpt_oss_120b", "batch=decode:4x100", "chart=none"]) == 0
+    assert f"fixed per-request state: {state:,} bytes" in capsys.readouterr().out
 
 
 def test_batch_grammar():

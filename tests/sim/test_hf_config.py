@@ -168,7 +168,7 @@ def test_each_architecture_maps_its_own_names(tmp_path):
     ds = model_fields(DEEPSEEK_V3, "ds")
     assert (ds["num_experts"], ds["shared_expert_intermediate_size"]) == (256, 2048)
     assert (ds["kv_lora_rank"], ds["qk_rope_head_dim"], ds["head_dim"]) == (512, 64, 192)
-    assert ds["dtype"] == "fp8"  # quantization_config: fp8
+    assert ds["dtype"] == "fp8_block"  # quantization_config: fp8 with 128×128 block scales
 
     oss = model_fields(GPT_OSS_120B, "oss")
     assert (oss["dtype"], oss["moe_dtype"], oss["attention_bias"]) == ("bfloat16", "mxfp4", True)
