@@ -23,7 +23,6 @@ backend (``calibration.host_fit``) and validates with the fitted values.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -49,7 +48,6 @@ from calibration.config import CONF_DIR
 from scenarios import WorkloadError, requests_for_seed
 from sim import simulate
 from sim.config.backend import BACKENDS
-from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
 from sim.preflight import one_line
 
@@ -129,12 +127,13 @@ def _quant(v) -> str | None:
 
 def dtypes_of(row: dict, num_experts: int) -> tuple[str, str | None, str]:
     """``(model.dtype, model.moe_dtype or None to keep the model's, reason)`` of a CSV row:
-    fp8 and fp8_block → fp8; bf16 or unset → bfloat16; 4-bit weights are not modelled."""
+    fp8 → fp8, fp8_block (128×128 block scales) → fp8_block; bf16 or unset → bfloat16; 4-bit
+    weights are not modelled."""
     q = _quant(row.get("gemm_quant_mode")) or _quant(row.get("precision"))
     if q is None or q in BF16:
         dtype = "bfloat16"
     elif q in FP8:
-        dtype = "fp8"
+        dtype = q
     else:
         return "", None, f"weights gemm_quant_mode={q} ({'4-bit' if '4' in q else 'this quant'}" \
                          " weights) are not modelled; bf16 and fp8 are"
@@ -142,7 +141,7 @@ def dtypes_of(row: dict, num_experts: int) -> tuple[str, str | None, str]:
     if not num_experts or mq is None:
         return dtype, None, ""
     if mq in FP8:
-        return dtype, "" if dtype == "fp8" else "fp8", ""
+        return dtype, "" if dtype == mq else mq, ""
     if mq in BF16:
         return dtype, "" if dtype == "bfloat16" else "bfloat16", ""
     return dtype, None, f"experts moe_quant_mode={mq} are not modelled; bf16 and fp8 are"
@@ -227,11 +226,7 @@ PLAN_COLUMNS = ["id", "model_path", "backend", "mode", "model", "scheduler", "tp
 
 # ---- simulation ------------------------------------------------------------
 class RowSimulator:
-    """Composes and simulates planned rows inside one Hydra context.
-
-    While open, the simulator's calibration loader is memoized: every run otherwise re-parses
-    the ~100 kB calibrated YAML, which costs more than simulating a row.
-    """
+    """Composes and simulates planned rows inside one Hydra context."""
 
     def __init__(self, requests_per_client: int, seed: int = 0, ramp: bool = True) -> None:
         self.per_client, self.seed, self.ramp = requests_per_client, seed, ramp
@@ -239,12 +234,9 @@ class RowSimulator:
     def __enter__(self) -> RowSimulator:
         self._hydra = initialize_config_dir(str(Path(conf.__file__).parent), version_base=None)
         self._hydra.__enter__()
-        self._loader = sim.builders.load_calibration
-        sim.builders.load_calibration = functools.lru_cache(maxsize=None)(load_calibration)
         return self
 
     def __exit__(self, *exc) -> None:
-        sim.builders.load_calibration = self._loader
         self._hydra.__exit__(*exc)
 
     def compose(self, plan: dict):

@@ -14,6 +14,9 @@ LM head, router and attention math stay bf16.
 
 from __future__ import annotations
 
+import copy
+import functools
+import os
 from importlib import resources
 
 import numpy as np
@@ -48,7 +51,16 @@ def load_calibration(name: str, backend: str,
                               "sim/cost/calibrated/")
         raise ConfigError("backend.name", backend,
                           f"not calibrated for {name}; have {have}")
-    doc = yaml.safe_load(path.read_text())
+    eff, doc = _parse_calibration(str(path), os.stat(str(path)).st_mtime_ns)
+    return eff, copy.deepcopy(doc)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_calibration(path: str, mtime_ns: int) -> tuple[Efficiency, dict]:
+    """Parse a calibrated file once per version (sweeps and validation build many replicas;
+    the files are ~80 kB of YAML). ``mtime_ns`` makes a rewritten file parse again."""
+    with open(path) as f:
+        doc = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return Efficiency.from_dict(doc["parameters"]), doc
 
 

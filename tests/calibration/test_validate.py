@@ -39,10 +39,10 @@ def test_row_maps_to_config_overrides():
     assert {"model=llama3_8b", "backend=trtllm", "scheduler=trtllm", "model.dtype=bfloat16",
             "cluster.tensor_parallel_size=2", "workload.concurrency=4",
             "workload.input_tokens=64", "workload.output_tokens=8"} <= set(a["overrides"])
-    assert b["model"] == "qwen3_235b_a22b" and b["dtype"] == "fp8" and b["concurrency"] == 12
+    assert b["model"] == "qwen3_235b_a22b" and b["dtype"] == "fp8_block" and b["concurrency"] == 12
     assert b["scheduler"] == "vllm" and "no sglang scheduler" in b["note"]
     assert "as Qwen/Qwen3-235B-A22B" in b["note"]
-    assert {"cluster.expert_parallel_size=4", "model.dtype=fp8",
+    assert {"cluster.expert_parallel_size=4", "model.dtype=fp8_block",
             "model.moe_dtype=''"} <= set(b["overrides"])
 
 
