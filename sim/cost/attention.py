@@ -131,13 +131,15 @@ class AttentionOps:
                 b = keys * 2.0 * g.kv_heads * g.head_dim * g.kv_bytes \
                     + 2.0 * q * g.heads * g.head_dim * ACT_BYTES
             return [p.attention(name, _one(f.sum()), _one(b.sum()), float(q.sum()) / len(q),
-                                len(q), prefill=True).op()]
+                                len(q), prefill=True, head_dim=g.head_dim,
+                                kv_heads=g.kv_heads).op()]
         qk = g.qk_nope_dim + g.qk_rope_dim
         kv_b = p.gemm("kv_b_proj", float(keys.sum()), g.heads * (g.qk_nope_dim + g.v_head_dim),
                       g.kv_lora_rank, g.layer_dtype)
         f, b = mla_prefill_work(pairs, keys, q, g.heads, qk, g.v_head_dim)
+        # prefill attends over decompressed K/V: one head of qk dims per query head
         return [kv_b, p.attention(name, _one(f.sum()), _one(b.sum()), float(q.sum()) / len(q),
-                                  len(q), prefill=True).op()]
+                                  len(q), prefill=True, head_dim=qk, kv_heads=g.heads).op()]
 
     def decode(self, kind: str, ctx: np.ndarray, k: int) -> list[Kernel]:
         """Kernels of one layer for k decode steps of sequences with ``ctx`` cached tokens
@@ -154,10 +156,13 @@ class AttentionOps:
             cached = window_decode_keys(ctx, g.window, k) - S
         if not g.mla:
             f, b = decode_attention_work(cached, S, g.heads, g.kv_heads, g.head_dim, g.kv_bytes)
-            return [p.attention(name, f, b, 1.0, S, prefill=False)]
+            return [p.attention(name, f, b, 1.0, S, prefill=False, head_dim=g.head_dim,
+                                kv_heads=g.kv_heads)]
         r, rope = g.kv_lora_rank, g.qk_rope_dim
         f, b = mla_decode_work(cached + S, S, g.heads, r, rope, g.kv_bytes)
         absorb = p.gemm("q_absorb", S, g.heads * r, g.qk_nope_dim, "bfloat16")
         v_up = p.gemm("v_up", S, g.heads * g.v_head_dim, r, "bfloat16")
-        return [_const(absorb, k), p.attention(name, f, b, 1.0, S, prefill=False),
+        # absorbed decode: every head reads one shared latent "KV head" of r + rope dims
+        return [_const(absorb, k), p.attention(name, f, b, 1.0, S, prefill=False,
+                                               head_dim=r + rope, kv_heads=1),
                 _const(v_up, k)]

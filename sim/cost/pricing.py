@@ -120,12 +120,15 @@ class Pricer:
         return OperatorCost(name, 1, 0.0, float(nbytes), float(t), "comm")
 
     def attention(self, name: str, flops: np.ndarray, nbytes: np.ndarray, q_per_seq,
-                  num_seqs: int, prefill: bool) -> Kernel:
+                  num_seqs: int, prefill: bool, head_dim: float = 128.0,
+                  kv_heads: float = 8.0) -> Kernel:
         """An attention-like kernel at the bf16 peak; ``flops`` and ``nbytes`` are arrays of
-        one shape (one entry per step)."""
+        one shape (one entry per step); ``head_dim`` and ``kv_heads`` (per GPU) shape its
+        calibrated efficiency."""
         e = self.eff.attention_prefill if prefill else self.eff.attention_decode
         t, cb = attention_time(e, flops, nbytes, q_per_seq, num_seqs, self.hw.bf16_flops,
-                               self.hw.hbm_bandwidth)
+                               self.hw.hbm_bandwidth, head_dim=head_dim, kv_heads=kv_heads,
+                               num_sms=self.hw.num_sms)
         return Kernel(name, flops, nbytes, t, cb)
 
     def experts(self, name: str, num_tokens, hidden: int, inter: int, num_experts: int,

@@ -121,8 +121,10 @@ def test_mla_decode_step_by_hand():
     flops = 2 * H * keys * (2 * r + rope)  # 10,944
     nbytes = keys * (r + rope) * 2 + S * H * (2 * r + rope) * 2  # 1,520 + 864
     assert att.flops == pytest.approx(flops) and att.bytes == pytest.approx(nbytes)
+    # one shared latent "KV head" of r + rope dims
     t, _ = attention_time(EFF.attention_decode, flops, nbytes, 1.0, S, H100.bf16_flops,
-                          H100.hbm_bandwidth)
+                          H100.hbm_bandwidth, head_dim=r + rope, kv_heads=1,
+                          num_sms=H100.num_sms)
     assert att.time_s == pytest.approx(float(t))
     shapes = {"q_kv_a_proj": (S, ql + r + rope, h), "q_b_proj": (S, H * (nope + rope), ql),
               "q_absorb": (S, H * r, nope), "v_up": (S, H * v, r), "o_proj": (S, h, H * v)}
