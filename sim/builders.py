@@ -20,7 +20,7 @@ from sim.config import (
 )
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
 from sim.cost.roofline import load_calibration
-from sim.kv_cache import PagedKVCache
+from sim.kv_cache import PagedKVCache, build_kv_cache
 from sim.memory import (
     GIB,
     MemoryBudget,
@@ -119,13 +119,15 @@ def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaP
     tp = cfg.cluster.tensor_parallel_size
     ep = cfg.cluster.expert_parallel_size
     budget = replica_memory_budget(cfg)
-    kv = PagedKVCache(budget.num_gpu_blocks, budget.block_size, table.size)
+    largest = int((table.prompt + table.max_output).max()) if table.size else 0
+    kv = build_kv_cache(cfg.kv_cache, cfg.hardware, budget, table.size,
+                        largest_request_tokens=largest)
     scheduler = SCHEDULERS[cfg.scheduler.name](cfg.scheduler, table, kv, itl)
     max_model_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
     meta = {
         "parameters": parameter_count(cfg.model),
         "active_parameters": active_parameter_count(cfg.model),
-        "num_gpu_blocks": budget.num_gpu_blocks,
+        "num_gpu_blocks": kv.num_blocks + 1,  # kv_cache.num_gpu_blocks may override
         "block_size": budget.block_size,
         "max_concurrent_tokens": budget.max_tokens,
         # of the binding pipeline stage, whose blocks these are

@@ -1,9 +1,17 @@
-"""Paged KV-cache block accounting of one replica (vLLM's KVCacheManager, without prefix caching).
+"""Paged KV-cache block accounting of one replica (vLLM's ``KVCacheManager``).
 
-A request holding ``t`` tokens in the cache needs ``ceil(t / block_size)`` blocks. Only counts
-are tracked: which physical block a request holds does not change any cost in this model.
-As in vLLM's ``BlockPool``, one of the ``num_gpu_blocks`` is the reserved null block, so
+A request holding ``t`` tokens in the cache needs ``ceil(t / block_size)`` blocks, plus, for
+hybrid linear-attention and sliding-window models, ``state_blocks`` fixed blocks while it holds
+any (its recurrent or windowed state, budgeted by ``sim.memory``). Only counts are tracked:
+which physical block a request holds does not change any cost in this model. As in vLLM's
+``BlockPool``, one of the ``num_gpu_blocks`` is the reserved null block, so
 ``num_gpu_blocks − 1`` can hold tokens.
+
+With prefix caching (``sim.kv.prefix``) the leading full blocks of a prompt are named by
+chained hashes (``set_prefix_source``); ``match_prefix`` lets a request start from the cached
+blocks of its prefix, ``commit`` caches the blocks a step has filled, and a freed cached block
+stays cached until an allocation evicts it (LRU). ``free_blocks`` counts empty and free cached
+blocks alike: both can be handed out.
 
 The per-request count ``held`` can be one array shared by every replica of a run
 (``share_held``): a request is on one replica at a time, and a cluster of 64 replicas must
@@ -14,16 +22,45 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.errors import ConfigError
+from sim.kv.offload import HostTier
+from sim.kv.prefix import PrefixPool, block_hashes
+from sim.kv.swap import SwapSpace
+
+GIB = 1 << 30
+MOONCAKE_BLOCK = 512  # tokens named by one id of a trace's ``hash_ids``
+
 
 class PagedKVCache:
     """Block accounting: allocate for new tokens, free a request, report usage."""
 
-    def __init__(self, num_blocks: int, block_size: int, num_requests: int) -> None:
-        """``num_blocks`` is vLLM's ``num_gpu_blocks`` (null block included)."""
+    def __init__(self, num_blocks: int, block_size: int, num_requests: int,
+                 state_blocks: int = 0, prefix_caching: bool = False) -> None:
+        """``num_blocks`` is vLLM's ``num_gpu_blocks`` (null block included);
+        ``state_blocks``: fixed blocks each request holds while it holds any."""
         self.num_blocks = int(num_blocks) - 1  # usable: all but the null block
         self.block_size = int(block_size)
+        self.state_blocks = int(state_blocks)
         self.free_blocks = self.num_blocks
         self.held = np.zeros(num_requests, np.int64)
+        self.prefix = PrefixPool() if prefix_caching else None
+        self._hash_ids = None
+        self._trace_block = MOONCAKE_BLOCK
+        self._hashes: dict[int, list[int]] = {}  # rid → its block hashes (while it holds blocks)
+        self._ref: dict[int, int] = {}  # rid → leading blocks it references in the prefix pool
+        self._pending: set[int] = set()  # rids with computed blocks not yet cached
+        self.swap: SwapSpace | None = None  # host space of preemption by swap
+        self.host: HostTier | None = None  # host tier of evicted cached blocks
+        self.host_copy_time = 0.0  # seconds to copy one block from the host tier
+        self.copy_s = 0.0  # host-to-GPU copies of prefix hits not yet charged to a step
+
+    def enable_offload(self, tier: HostTier, block_copy_s: float) -> None:
+        """Keep evicted cached blocks in ``tier``; a hit there costs ``block_copy_s`` each."""
+        self.host, self.host_copy_time = tier, float(block_copy_s)
+
+    def enable_swap(self, swap: SwapSpace) -> None:
+        """Preempt by swapping to ``swap`` (host memory) rather than by recompute."""
+        self.swap = swap
 
     def share_held(self, held: np.ndarray) -> None:
         """Count blocks in ``held`` (one int64 per request, shared with other replicas of the
@@ -32,6 +69,11 @@ class PagedKVCache:
             raise RuntimeError("share_held on a cache that holds blocks")
         self.held = held
 
+    def set_prefix_source(self, hash_ids, trace_block: int = MOONCAKE_BLOCK) -> None:
+        """Name prompt blocks by ``hash_ids[rid]`` (ids of ``trace_block``-token blocks, or
+        None for a request without); without a source no block is ever cached."""
+        self._hash_ids, self._trace_block = hash_ids, int(trace_block)
+
     def blocks_for(self, num_tokens):
         """Blocks that hold ``num_tokens`` tokens."""
         return -(-num_tokens // self.block_size)
@@ -39,34 +81,190 @@ class PagedKVCache:
     def fits_alone(self, num_tokens):
         """Whether a request of this many tokens (scalar or array) could ever fit in an empty
         cache."""
-        return self.blocks_for(num_tokens) <= self.num_blocks
+        return self.blocks_for(num_tokens) + self.state_blocks <= self.num_blocks
+
+    def _take(self, n: int) -> None:
+        """Hand out ``n`` free blocks (caller checked ``n <= free_blocks``), evicting the
+        least recently freed cached blocks when there are too few empty ones."""
+        if self.prefix is not None:
+            short = n - (self.free_blocks - len(self.prefix.lru))
+            if short > 0:
+                evicted = self.prefix.evict(short)
+                if self.host is not None:
+                    self.host.put(evicted)
+        self.free_blocks -= n
 
     def allocate(self, rid: int, num_computed: int, num_new: int) -> int | None:
         """Blocks for ``num_new`` more tokens of ``rid``: the count allocated, or None if full."""
-        need = self.blocks_for(num_computed + num_new) - self.held[rid]
+        held = int(self.held[rid])
+        need = self.blocks_for(num_computed + num_new) - held
         if need <= 0:
             return 0
+        if held == 0:
+            need += self.state_blocks
         if need > self.free_blocks:
             return None
-        self.held[rid] += need
-        self.free_blocks -= int(need)
+        self.held[rid] += need - (self.state_blocks if held == 0 else 0)
+        self._take(need)
         return int(need)
 
     def allocate_all(self, rids: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray) -> bool:
         """All-or-nothing allocation for a batch; True if every request got its blocks."""
-        need = self.blocks_for(num_computed + num_new) - self.held[rids]
+        held = self.held[rids]
+        need = self.blocks_for(num_computed + num_new) - held
         np.maximum(need, 0, out=need)
         total = int(need.sum())
+        if self.state_blocks:
+            total += self.state_blocks * int(((held == 0) & (need > 0)).sum())
         if total > self.free_blocks:
             return False
         self.held[rids] += need
-        self.free_blocks -= total
+        self._take(total)
         return True
 
     def free(self, rids) -> None:
-        """Return every block of the given request(s)."""
-        self.free_blocks += int(self.held[rids].sum())
+        """Return every block of the given request(s); cached blocks stay cached."""
+        held = self.held[rids]
+        n = int(held.sum())
+        if self.state_blocks:
+            n += self.state_blocks * int(np.count_nonzero(held))
+        if self._ref or self._hashes:
+            for rid in np.atleast_1d(rids).tolist():
+                n += self._release(rid)
+        self.free_blocks += n
         self.held[rids] = 0
+
+    # ---- preemption by swap --------------------------------------------------------------
+    def swap_out(self, rid: int) -> float | None:
+        """Move every block of ``rid`` (its KV and state blocks) to the host: the copy's
+        seconds, or None when the host space cannot hold them (then nothing moved)."""
+        held = int(self.held[rid])
+        n = held + (self.state_blocks if held else 0)
+        if self.swap is None or not self.swap.store(rid, n):
+            return None
+        self.free(rid)
+        return self.swap.copy_time(n)
+
+    def swap_in(self, rid: int, num_computed: int, num_new: int = 0) -> float | None:
+        """Bring ``rid``'s blocks (``num_computed`` tokens and its state) back from the host:
+        the copy's seconds, or None when the GPU has too few free blocks for them and
+        ``num_new`` more tokens."""
+        kv_blocks = self.blocks_for(num_computed)
+        n = kv_blocks + (self.state_blocks if kv_blocks else 0)
+        if self.blocks_for(num_computed + num_new) - kv_blocks + n > self.free_blocks:
+            return None
+        self.swap.release(rid)
+        self.held[rid] = kv_blocks
+        self._take(n)
+        return self.swap.copy_time(n)
+
+    def is_swapped(self, rid: int) -> bool:
+        """Whether ``rid``'s blocks are on the host."""
+        return self.swap is not None and rid in self.swap.held
+
+    # ---- prefix caching ------------------------------------------------------------------
+    def _release(self, rid: int) -> int:
+        """Forget ``rid``'s hashes and references; how many of its held blocks must not be
+        returned as empty (shared ones still referenced) net of cached ones now free."""
+        hashes = self._hashes.pop(rid, None)
+        self._pending.discard(rid)
+        ref = self._ref.pop(rid, 0)
+        if not ref:
+            return 0
+        freed = self.prefix.release(hashes[:ref])
+        return freed - ref  # its ref blocks are cached, not empty; the freed ones count free
+
+    def match_prefix(self, rid: int, num_tokens: int) -> int:
+        """Start ``rid`` (holding nothing) from the cached blocks of its prompt: the number of
+        tokens served from the cache (whole blocks; never the last token, as vLLM's
+        ``get_computed_blocks``). Its state blocks are taken with the hit; 0 when nothing
+        hits or they do not fit."""
+        if self.prefix is None or self._hash_ids is None or self.held[rid]:
+            return 0
+        ids = self._hash_ids[rid]
+        if ids is None or not len(ids):
+            return 0
+        hashes = self._hashes.get(rid)
+        if hashes is None:
+            hashes = block_hashes(ids, int(num_tokens), self._trace_block, self.block_size)
+            self._hashes[rid] = hashes
+        if len(hashes):
+            self._pending.add(rid)
+        most = (int(num_tokens) - 1) // self.block_size
+        hit = self.prefix.match(hashes, most)
+        if self.state_blocks > self.free_blocks - self._revivals(hashes[:hit]):
+            return 0
+        self.free_blocks -= self.prefix.touch(hashes[:hit])
+        hit += self._load_from_host(hashes[hit:most])
+        if not hit:
+            return 0
+        self._take(self.state_blocks)
+        self.held[rid] = hit
+        self._ref[rid] = hit
+        if hit == len(hashes):
+            self._pending.discard(rid)
+        return hit * self.block_size
+
+    def prefix_hit_tokens(self, rid: int, num_tokens: int) -> int:
+        """Tokens ``match_prefix`` would serve from the cache now, touching nothing."""
+        if self.prefix is None or self._hash_ids is None:
+            return 0
+        ids = self._hash_ids[rid]
+        if ids is None or not len(ids):
+            return 0
+        hashes = self._hashes.get(rid)
+        if hashes is None:
+            hashes = block_hashes(ids, int(num_tokens), self._trace_block, self.block_size)
+            self._hashes[rid] = hashes
+        return self.prefix.match(hashes, (int(num_tokens) - 1) // self.block_size) * \
+            self.block_size
+
+    def _load_from_host(self, hashes: list[int]) -> int:
+        """Copy the leading blocks of ``hashes`` that the host tier holds into free GPU blocks
+        and cache them (the caller references them); how many."""
+        if self.host is None or not hashes:
+            return 0
+        n = min(self.host.match(hashes), self.free_blocks - self.state_blocks)
+        if n > 0:
+            self._take(n)
+            for h in hashes[:n]:
+                if not self.prefix.insert(h):  # cached after all: our copy is surplus
+                    self.free_blocks += 1 if self.prefix.refs[h] > 1 else 0
+            self.copy_s += n * self.host_copy_time
+        return n
+
+    def take_copy_time(self) -> float:
+        """Seconds of host-tier copies since the last call (charged to the step that asks)."""
+        dt, self.copy_s = self.copy_s, 0.0
+        return dt
+
+    def _revivals(self, hashes: list[int]) -> int:
+        refs = self.prefix.refs
+        return sum(1 for h in hashes if refs[h] == 0)
+
+    def commit(self, computed: np.ndarray) -> None:
+        """Cache the full prompt blocks that requests of this cache have computed by now
+        (``computed``: the request table's column), as vLLM caches blocks as they fill."""
+        if not self._pending:
+            return
+        bs, pool = self.block_size, self.prefix
+        for rid in list(self._pending):
+            hashes = self._hashes[rid]
+            ref = self._ref.get(rid, 0)
+            n = min(len(hashes), int(computed[rid]) // bs, int(self.held[rid]))
+            for h in hashes[ref:n]:
+                # a block computed twice at once: keep the cached copy, free our own
+                if not pool.insert(h):
+                    self.free_blocks += 1 if pool.refs[h] > 1 else 0
+            if n > ref:
+                self._ref[rid] = n
+            if n == len(hashes):
+                self._pending.discard(rid)
+
+    @property
+    def cached_blocks(self) -> int:
+        """Blocks that hold a cached prefix block (referenced or free)."""
+        return len(self.prefix) if self.prefix is not None else 0
 
     @property
     def used_blocks(self) -> int:
@@ -76,3 +274,41 @@ class PagedKVCache:
     def usage(self) -> float:
         """Fraction of blocks in use."""
         return self.used_blocks / self.num_blocks if self.num_blocks else 0.0
+
+
+def build_kv_cache(kv_cfg, hardware, budget, num_requests: int,
+                   largest_request_tokens: int = 0) -> PagedKVCache:
+    """The KV cache of one replica from ``kv_cache=``, the hardware (PCIe for swap) and the
+    memory budget (``sim.memory.MemoryBudget``: capacity, block size and bytes, state blocks).
+
+    ``kv_cache.num_gpu_blocks`` overrides the derived capacity; with ``preemption=swap`` the
+    host space must hold the blocks of the largest request (``largest_request_tokens``);
+    ``cpu_offload_gb`` adds a host tier under the prefix cache.
+    """
+    state = int(getattr(budget, "state_blocks_per_request", 0))
+    override = getattr(kv_cfg, "num_gpu_blocks", None)
+    blocks = int(override) if override is not None else int(budget.num_gpu_blocks)
+    if blocks < 2 + state:
+        raise ConfigError("kv_cache.num_gpu_blocks", blocks, f"must be >= {2 + state} (the "
+                          f"null block, {state} state block(s) and one KV block)")
+    kv = PagedKVCache(blocks, budget.block_size, num_requests, state_blocks=state,
+                      prefix_caching=bool(getattr(kv_cfg, "prefix_caching", False)))
+    if getattr(kv_cfg, "preemption", "recompute") == "swap":
+        if not hardware.pcie_bandwidth > 0:
+            raise ConfigError("hardware.pcie_bandwidth", hardware.pcie_bandwidth,
+                              "> 0 for kv_cache.preemption=swap")
+        host = int(kv_cfg.swap_space_gib * GIB) // budget.block_bytes
+        need = kv.blocks_for(int(largest_request_tokens)) + state
+        if host < need:
+            raise ConfigError("kv_cache.swap_space_gib", kv_cfg.swap_space_gib,
+                              f">= {need * budget.block_bytes / GIB:.3f} (the {need} blocks of "
+                              f"the largest request)")
+        kv.enable_swap(SwapSpace(host, budget.block_bytes, hardware.pcie_bandwidth))
+    offload = getattr(kv_cfg, "cpu_offload_gb", 0.0)
+    if offload and kv.prefix is not None:
+        if not hardware.pcie_bandwidth > 0:
+            raise ConfigError("hardware.pcie_bandwidth", hardware.pcie_bandwidth,
+                              "> 0 for kv_cache.cpu_offload_gb")
+        kv.enable_offload(HostTier(int(offload * GIB) // budget.block_bytes),
+                          budget.block_bytes / hardware.pcie_bandwidth)
+    return kv

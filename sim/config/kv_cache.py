@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from sim.config.common import DTYPE_BYTES, positive
 from sim.errors import ConfigError
 
+PREEMPTION_MODES = ("recompute", "swap")
+
 
 @dataclass
 class KVCacheConfig:
-    """Paged KV cache: block size, memory fraction, KV dtype and preemption mode."""
+    """Paged KV cache: block size, memory fraction, KV dtype, preemption mode, a capacity
+    override, prefix caching and its host offload tier."""
 
     name: str = "paged"
     block_size: int = 16
@@ -19,6 +22,16 @@ class KVCacheConfig:
     preemption: str = "recompute"
     # Memory outside weights and activations: CUDA context, NCCL/cuBLAS workspaces, CUDA graphs.
     other_memory_gib: float = 1.0
+    # Blocks of the cache (null block included), as an engine log's ``num_gpu_blocks``:
+    # overrides the capacity derived from memory when set.
+    num_gpu_blocks: int | None = None
+    # vLLM's ``enable_prefix_caching``: reuse cached full blocks of a shared prompt prefix.
+    prefix_caching: bool = False
+    # Pinned host memory per replica for preemption by swap (vLLM's ``--swap-space``).
+    swap_space_gib: float = 4.0
+    # Host memory per replica that keeps cached blocks evicted from the GPU (0 = off); a
+    # prefix hit there is copied back over PCIe. Needs prefix_caching.
+    cpu_offload_gb: float = 0.0
 
 
 def check_kv_cache(k: KVCacheConfig) -> None:
@@ -29,8 +42,18 @@ def check_kv_cache(k: KVCacheConfig) -> None:
                           "must be in (0, 1]")
     if k.dtype != "auto" and k.dtype not in DTYPE_BYTES:
         raise ConfigError("kv_cache.dtype", k.dtype, f"'auto' or one of {sorted(DTYPE_BYTES)}")
-    if k.preemption != "recompute":
-        raise ConfigError("kv_cache.preemption", k.preemption, "one of ['recompute']")
+    if k.preemption not in PREEMPTION_MODES:
+        raise ConfigError("kv_cache.preemption", k.preemption, f"one of {list(PREEMPTION_MODES)}")
+    if k.cpu_offload_gb < 0:
+        raise ConfigError("kv_cache.cpu_offload_gb", k.cpu_offload_gb, "must be >= 0")
+    if k.cpu_offload_gb and not k.prefix_caching:
+        raise ConfigError("kv_cache.cpu_offload_gb", k.cpu_offload_gb,
+                          "0 unless kv_cache.prefix_caching=true (it holds cached blocks)")
+    if k.swap_space_gib < 0:
+        raise ConfigError("kv_cache.swap_space_gib", k.swap_space_gib, "must be >= 0")
+    if k.num_gpu_blocks is not None and k.num_gpu_blocks < 2:
+        raise ConfigError("kv_cache.num_gpu_blocks", k.num_gpu_blocks,
+                          "null (derive from memory) or an int >= 2")
     if k.other_memory_gib < 0:
         raise ConfigError("kv_cache.other_memory_gib", k.other_memory_gib, "must be >= 0")
 

@@ -20,7 +20,7 @@ class Batch:
     """One step's work: per scheduled request, its new tokens and tokens already cached."""
 
     __slots__ = ("ids", "new_tokens", "context_tokens", "queue_length", "num_tokens",
-                 "_prefill", "growth")
+                 "_prefill", "growth", "swap_s")
 
     def __init__(self, ids: np.ndarray, new_tokens: np.ndarray, context_tokens: np.ndarray,
                  queue_length: int) -> None:
@@ -29,6 +29,7 @@ class Batch:
         self.num_tokens = int(new_tokens.sum())
         self._prefill: int | None = None
         self.growth: np.ndarray | None = None  # cached block_growth of a decode window
+        self.swap_s = 0.0  # KV copies to and from host memory this step adds to its time
 
     def cost_shape(self) -> tuple[np.ndarray, np.ndarray]:
         """(new_tokens, context_tokens) the cost model prices: the scheduled sequences, plus
@@ -59,6 +60,7 @@ class TokenBudgetScheduler:
         self.waiting: deque[int] = deque()
         self.running = np.empty(0, np.int64)
         self.preempted_in_last_step = False
+        self.swap_s = 0.0  # KV copy time of the step being scheduled (Batch.swap_s)
 
     def add_request(self, rid: int) -> None:
         """A request has arrived at this replica."""
@@ -78,6 +80,7 @@ class TokenBudgetScheduler:
         """Apply a finished step at ``now``; returns the ids of requests that completed."""
         t, ids = self.table, batch.ids
         t.computed[ids] += batch.new_tokens
+        self.kv.commit(t.computed)
         emit = ids[t.computed[ids] == t.num_tokens[ids]]
         if not len(emit):
             return emit
@@ -112,7 +115,8 @@ class TokenBudgetScheduler:
         waiting request that could not be admitted now cannot be admitted later either
         (sequence slots and token budget stay the same, free blocks only shrink).
         """
-        if self.preempted_in_last_step or len(batch.ids) != len(self.running):
+        if (self.preempted_in_last_step or len(batch.ids) != len(self.running)
+                or batch.swap_s):
             return False
         if batch.num_prefill_tokens:
             return False
@@ -166,8 +170,50 @@ class TokenBudgetScheduler:
         t.last_token[ids] = ends[-1]
         return self._finish(ids[gen >= t.max_output[ids]], float(ends[-1]))
 
-    def _admit(self, rid: int, now: float) -> None:
+    def _admit(self, rid: int, now: float, cached: int = 0) -> None:
         t = self.table
         t.status[rid] = RUNNING
         if np.isnan(t.first_scheduled[rid]):
             t.first_scheduled[rid] = now
+            t.cached_tokens[rid] = cached  # prompt tokens served from the prefix cache
+
+    def _preempt(self, rid: int) -> None:
+        """Preempt a running request: swap its blocks to the host when the cache preempts by
+        swap and the host has room (it resumes where it was), else recompute."""
+        t = self.table
+        dt = self.kv.swap_out(rid) if self.kv.swap is not None else None
+        if dt is None:
+            self.kv.free(rid)
+            t.preempt(rid)
+            return
+        self.swap_s += dt
+        t.swaps[rid] += 1
+        t.preemptions[rid] += 1
+        t.status[rid] = WAITING
+
+    def _swap_in(self, rid: int, num_new: int) -> bool:
+        """Bring a swapped-out request's blocks back; False when the GPU has no room for
+        them and ``num_new`` more tokens."""
+        dt = self.kv.swap_in(rid, int(self.table.computed[rid]), num_new)
+        if dt is None:
+            return False
+        self.swap_s += dt
+        return True
+
+    def _match_prefix(self, rid: int) -> int:
+        """Start a request that holds no KV from its cached prefix blocks (vLLM's
+        ``get_computed_blocks`` at admission): its ``computed`` becomes the hit length."""
+        t = self.table
+        if self.kv.prefix is None or t.computed[rid]:
+            return 0
+        hit = self.kv.match_prefix(rid, int(t.num_tokens[rid]))
+        t.computed[rid] = hit
+        if self.kv.copy_s:  # blocks brought back from the host tier
+            self.swap_s += self.kv.take_copy_time()
+        return hit
+
+    def _unmatch(self, rid: int, hit: int) -> None:
+        """Undo ``_match_prefix`` for a request that was not admitted after all."""
+        if hit:
+            self.kv.free(rid)
+            self.table.computed[rid] = 0

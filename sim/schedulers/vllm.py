@@ -6,7 +6,10 @@ order, each getting ``num_tokens − num_computed_tokens`` tokens capped by
 ``long_prefill_token_threshold`` and by the remaining budget (a prefill longer than the budget
 runs in chunks); when the KV cache cannot hold a request's new tokens the most recently
 admitted running request is preempted by recompute (its blocks freed, it goes back to the front
-of the waiting queue) until it fits or the request itself was the victim. Waiting requests are
+of the waiting queue) until it fits or the request itself was the victim; with
+``kv_cache.preemption=swap`` the victim's blocks go to host memory instead while there is room
+(vLLM v0's ``PreemptionMode.SWAP``) and come back before it runs again, the copies adding
+``Batch.swap_s`` to the step. Waiting requests are
 then admitted in FCFS order while there are budget, sequence slots (``max_num_seqs``) and KV
 blocks — but not in a step that preempted.
 
@@ -113,7 +116,9 @@ class VllmScheduler(TokenBudgetScheduler):
             # an empty step; vLLM's engine loop then simply schedules again (the preemption
             # freed blocks), so do that rather than sleep until an arrival.
             return self.schedule(now) if preempted else None
-        return Batch(ids, new, ctx, len(self.waiting))
+        batch = Batch(ids, new, ctx, len(self.waiting))
+        batch.swap_s, self.swap_s = self.swap_s, 0.0
+        return batch
 
     def _schedule_running_with_preemption(self, budget: int):
         """The slow path of the running loop, taken only when the cache is short of blocks."""
@@ -128,8 +133,7 @@ class VllmScheduler(TokenBudgetScheduler):
             while kv.allocate(rid, int(t.computed[rid]), n) is None:
                 j = self._victim(run)
                 victim = run.pop(j)
-                kv.free(victim)
-                t.preempt(victim)
+                self._preempt(victim)
                 self.waiting.appendleft(victim)
                 preempted = True
                 if victim == rid:
@@ -155,14 +159,19 @@ class VllmScheduler(TokenBudgetScheduler):
         slots = self.max_num_seqs - len(self.running)
         while self.waiting and slots > 0 and budget > 0:
             rid = self.waiting[0]
+            if kv.is_swapped(rid) and not self._swap_in(rid, min(int(self._want(rid)), budget)):
+                break
+            hit = self._match_prefix(rid)
             n = int(self._want(rid))
             if n > budget and not self.chunked:
+                self._unmatch(rid, hit)
                 break
             n = min(n, budget)
             if kv.allocate(rid, int(t.computed[rid]), n) is None:
+                self._unmatch(rid, hit)
                 break
             self.waiting.popleft()
-            self._admit(rid, now)
+            self._admit(rid, now, hit)
             admitted.append(rid)
             chunks.append(n)
             cached.append(t.computed[rid])

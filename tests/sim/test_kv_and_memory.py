@@ -82,3 +82,32 @@ def test_dense_model_has_no_fixed_state_and_ignores_ep(compose_cfg):
     b = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, 1)
     assert b.state_bytes_per_request == 0 and b.state_blocks_per_request == 0
     assert memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, 1, ep=8) == b
+
+
+def test_num_gpu_blocks_override_sets_the_capacity(compose_cfg, open_loop):
+    from sim import simulate
+
+    cfg = compose_cfg("kv_cache.num_gpu_blocks=200", "cost_model=constant")
+    req = open_loop(np.zeros(30), np.full(30, 500), np.full(30, 200))
+    rec = simulate(cfg, req)
+    assert rec.meta["num_gpu_blocks"] == 200
+    assert rec.timeline["kv_blocks_used"].max() <= 199
+    assert rec.timeline["kv_blocks_used"].max() > 150          # the small cache is the limit
+    assert (rec.requests["status"] == "completed").all()
+    assert rec.requests["num_preemptions"].sum() > 0
+    with pytest.raises(ConfigError, match="kv_cache.num_gpu_blocks"):
+        simulate(compose_cfg("kv_cache.num_gpu_blocks=1"), req)
+
+
+def test_each_running_request_holds_its_fixed_state_blocks(compose_cfg, open_loop):
+    from sim import simulate
+
+    cfg = compose_cfg("model=qwen3_next_80b_a3b", "cluster.tensor_parallel_size=4",
+                      "kv_cache.num_gpu_blocks=400", "cost_model=constant")
+    req = open_loop(np.zeros(4), np.full(4, 160), np.full(4, 2))
+    rec = simulate(cfg, req)
+    state = rec.meta["state_blocks_per_request"]
+    assert state > 0
+    # four prompts of 160 tokens (10 blocks of 16) each hold their state as well
+    assert rec.timeline["kv_blocks_used"].iloc[0] == 4 * (10 + state)
+    assert (rec.requests["status"] == "completed").all()

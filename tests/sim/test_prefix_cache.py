@@ -1,0 +1,281 @@
+"""Prefix caching: chained block hashes, reference counts, LRU eviction and hit rates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.config import SchedulerConfig
+from sim.kv.prefix import PrefixPool, block_hashes
+from sim.kv_cache import PagedKVCache
+from sim.records import LogHistogram
+from sim.schedulers.vllm import VllmScheduler
+from sim.state import RequestTable
+
+TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / \
+    "mooncake_conversation.csv"
+
+
+def check_blocks(kv: PagedKVCache, live) -> None:
+    """Free + referenced cached + private + state blocks add up to the capacity."""
+    pool = kv.prefix
+    shared = sum(1 for r in pool.refs.values() if r > 0) if pool is not None else 0
+    private = sum(int(kv.held[r]) - kv._ref.get(r, 0) for r in live)
+    state = kv.state_blocks * sum(1 for r in live if kv.held[r] > 0)
+    assert 0 <= kv.free_blocks <= kv.num_blocks
+    assert kv.free_blocks + shared + private + state == kv.num_blocks
+    if pool is not None:
+        assert len(pool.lru) == sum(1 for r in pool.refs.values() if r == 0)
+        assert len(pool.lru) <= kv.free_blocks
+
+
+def test_block_hashes_are_chained_and_map_trace_blocks_onto_engine_blocks():
+    a = block_hashes((7, 8, 9), 1536, trace_block=512, block_size=16)
+    b = block_hashes((7, 8, 5), 1536, trace_block=512, block_size=16)
+    c = block_hashes((6, 8, 9), 1536, trace_block=512, block_size=16)
+    assert len(a) == 96 and len(set(a)) == 96
+    assert a[:64] == b[:64] and a[64] != b[64]         # shared as far as the ids agree
+    assert not set(a) & set(c)                         # a different first block: no sharing
+    assert len(block_hashes((7, 8, 9), 1000, 512, 16)) == 62   # only full blocks of the prompt
+    assert len(block_hashes((7,), 5000, 512, 16)) == 32        # only blocks the ids name
+    # an engine block straddling two trace blocks belongs to the later one
+    d = block_hashes((1, 2), 1024, trace_block=512, block_size=48)
+    e = block_hashes((1, 3), 1024, trace_block=512, block_size=48)
+    assert d[:10] == e[:10] and d[10] != e[10]         # block 10 holds tokens 480..527
+
+
+def test_pool_reference_counts_and_lru_order():
+    pool = PrefixPool()
+    assert all(pool.insert(h) for h in (1, 2, 3))
+    assert pool.match([1, 2, 3, 4], 10) == 3 and pool.match([1, 2, 3], 2) == 2
+    assert pool.touch([1, 2]) == 0 and pool.refs == {1: 2, 2: 2, 3: 1}
+    assert pool.release([1, 2, 3]) == 1                # only 3 drops to zero
+    assert pool.release([1, 2]) == 2
+    assert list(pool.lru) == [3, 2, 1]                 # a prefix is evicted from its tail
+    assert pool.touch([1]) == 1 and list(pool.lru) == [3, 2]
+    assert not pool.insert(2) and list(pool.lru) == [3]
+    assert pool.evict(1) == [3] and pool.match([1, 2, 3], 3) == 2
+
+
+def test_hit_skips_whole_blocks_but_never_the_last_token():
+    kv = PagedKVCache(101, 16, 3, prefix_caching=True)
+    kv.set_prefix_source(np.array([(1, 2), (1, 2), (1, 3)], dtype=object), trace_block=32)
+    computed = np.zeros(3, np.int64)
+    assert kv.match_prefix(0, 64) == 0
+    assert kv.allocate(0, 0, 64) == 4
+    computed[0] = 64
+    kv.commit(computed)
+    assert kv.cached_blocks == 4
+    assert kv.match_prefix(1, 64) == 48                 # 64 cached, the last token is not
+    assert kv.used_blocks == 4                          # the hit shares blocks: none taken
+    assert kv.match_prefix(2, 64) == 32                 # its second trace block differs
+    check_blocks(kv, [0, 1, 2])
+    kv.free([0, 1, 2])
+    assert kv.free_blocks == 100 and kv.cached_blocks == 4
+    check_blocks(kv, [])
+
+
+def test_free_cached_blocks_are_evicted_least_recent_first():
+    kv = PagedKVCache(9, 4, 4, prefix_caching=True)     # 8 usable blocks of 4 tokens
+    kv.set_prefix_source(np.array([(1,), (2,), (3,), (1,)], dtype=object), trace_block=16)
+    computed = np.zeros(4, np.int64)
+    for rid in (0, 1):
+        assert kv.match_prefix(rid, 16) == 0
+        kv.allocate(rid, 0, 16)
+        computed[rid] = 16
+        kv.commit(computed)
+        kv.free(rid)
+    assert kv.cached_blocks == 8 and kv.free_blocks == 8
+    kv.allocate(2, 0, 8)                               # 2 empty blocks short: evict 2 of rid 0
+    assert kv.cached_blocks == 6
+    assert kv.match_prefix(3, 17) == 8                 # rid 0's prefix lost its tail blocks
+    check_blocks(kv, [2, 3])
+
+
+def test_state_blocks_are_held_once_per_request():
+    kv = PagedKVCache(11, 4, 3, state_blocks=2)         # 10 usable
+    assert kv.allocate(0, 0, 5) == 4                    # 2 KV blocks + 2 state blocks
+    assert kv.allocate(0, 5, 3) == 0 and kv.allocate(0, 8, 1) == 1
+    assert not kv.allocate_all(np.array([1, 2]), np.zeros(2, int), np.array([4, 4]))
+    assert kv.allocate_all(np.array([1]), np.zeros(1, int), np.array([4]))
+    assert kv.free_blocks == 2
+    kv.free(np.array([0, 1]))
+    assert kv.free_blocks == 10
+    assert kv.fits_alone(32) and not kv.fits_alone(33)
+
+
+def _replay(hash_ids, prompts, num_blocks: int, block_size: int = 64) -> float:
+    """Serve the requests one at a time through the cache; the share of prompt tokens hit."""
+    kv = PagedKVCache(num_blocks, block_size, len(prompts), prefix_caching=True)
+    kv.set_prefix_source(hash_ids)
+    computed = np.zeros(len(prompts), np.int64)
+    hit = 0
+    for rid, n in enumerate(prompts.tolist()):
+        h = kv.match_prefix(rid, n)
+        assert kv.allocate(rid, h, n - h) is not None
+        computed[rid] = n
+        kv.commit(computed)
+        kv.free(rid)
+        hit += h
+    return hit / prompts.sum()
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="needs ../shared/traces/mooncake_conversation.csv")
+def test_mooncake_hit_rate_rises_with_cache_size_up_to_the_trace_limit():
+    from scenarios.traces import read_trace
+
+    df = read_trace(str(TRACE)).iloc[:3000]
+    prompts = df["input_tokens"].to_numpy(np.int64)
+    ids = df["hash_ids"].to_numpy()
+    rates = [_replay(ids, prompts, blocks) for blocks in (2000, 6000, 20_000, 10**7)]
+    assert all(a < b for a, b in zip(rates, rates[1:], strict=False)), rates
+    # the trace's own bound, walking the leading ids already seen, on these requests
+    seen, ideal = set(), 0
+    for row, n in zip(ids, prompts.tolist(), strict=True):
+        k = 0
+        while k < len(row) and row[k] in seen:
+            k += 1
+        ideal += min(k * 512, n)
+        seen.update(row)
+    assert rates[-1] <= ideal / prompts.sum() + 1e-9
+    assert rates[-1] > 0.9 * ideal / prompts.sum()
+
+
+def _sched(prompts, outputs, hash_ids, num_blocks, block_size=16, **cfg):
+    t = RequestTable(np.zeros(len(prompts)), np.array(prompts), np.array(outputs))
+    kv = PagedKVCache(num_blocks + 1, block_size, len(prompts), prefix_caching=True)
+    kv.set_prefix_source(np.array(hash_ids, dtype=object), trace_block=block_size)
+    return VllmScheduler(SchedulerConfig(**cfg), t, kv, LogHistogram()), t, kv
+
+
+def test_vllm_admission_starts_a_request_at_its_cached_prefix():
+    s, t, kv = _sched([64, 64], [2, 2], [(1, 2, 3, 4), (1, 2, 3, 5)], 100)
+    s.add_request(0)
+    b = s.schedule(0.0)
+    s.update(b, 1.0)
+    s.add_request(1)
+    b = s.schedule(1.0)
+    assert list(b.ids) == [0, 1] and list(b.new_tokens) == [1, 16]
+    assert list(b.context_tokens) == [64, 48]
+    assert t.cached_tokens[1] == 48 and t.cached_tokens[0] == 0
+    check_blocks(kv, [0, 1])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 120), st.integers(1, 12), st.integers(0, 3)),
+                min_size=1, max_size=14),
+       st.integers(12, 40), st.integers(0, 20))
+def test_conservation_and_block_invariants_with_prefix_caching(reqs, blocks, host):
+    prompts = [p for p, _, _ in reqs]
+    outputs = [o for _, o, _ in reqs]
+    # requests share leading blocks by their group: ids (g, g+10, ...), one per 8 tokens
+    ids = [tuple(g * 100 + i for i in range(-(-p // 8))) for p, _, g in reqs]
+    s, t, kv = _sched(prompts, outputs, ids, blocks, block_size=8, max_num_batched_tokens=64)
+    if host:
+        from sim.kv.offload import HostTier
+
+        kv.enable_offload(HostTier(host), block_copy_s=1e-3)
+    fits = kv.fits_alone(t.prompt + t.max_output - 1)
+    for rid in np.flatnonzero(fits):
+        s.add_request(int(rid))
+    now, done = 0.0, 0
+    for _ in range(2000):
+        b = s.schedule(now)
+        if b is None:
+            break
+        now += 1.0
+        done += len(s.update(b, now))
+        check_blocks(kv, [int(r) for r in s.running])
+    assert done == int(fits.sum()) and not s.has_work()
+    assert (t.cached_tokens <= t.prompt - 1).all()
+    check_blocks(kv, [])
+
+
+@pytest.fixture
+def hash_source(monkeypatch):
+    """Give each replica's cache the run's ``hash_ids`` (a no-op once ``sim.cluster`` does)."""
+    from sim.cluster import Cluster
+
+    build = Cluster._build
+
+    def _build(self, *a, **k):
+        parts = build(self, *a, **k)
+        if parts.kv._hash_ids is None:
+            parts.kv.set_prefix_source(self.hash_ids)
+        return parts
+
+    monkeypatch.setattr(Cluster, "_build", _build)
+
+
+def _mooncake_run(compose_cfg, n: int, *overrides: str):
+    from scenarios import requests_for_seed
+    from sim import simulate
+
+    cfg = compose_cfg("workload=trace", f"workload.trace_path={TRACE}",
+                      f"workload.max_requests={n}", "workload.time_scale=4",
+                      "cost_model=constant", "kv_cache.prefix_caching=true", *overrides)
+    return simulate(cfg, requests_for_seed(cfg.workload, 0))
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="needs ../shared/traces/mooncake_conversation.csv")
+def test_mooncake_hit_rate_through_the_simulator(compose_cfg, hash_source):
+    rates = []
+    for blocks in (2500, 100_000):
+        r = _mooncake_run(compose_cfg, 500, f"kv_cache.num_gpu_blocks={blocks}").requests
+        done = r[r.status == "completed"]
+        assert (done.cached_tokens < done.input_tokens).all()
+        rates.append(done.cached_tokens.sum() / done.input_tokens.sum())
+    assert 0 < rates[0] < rates[1] <= 0.374
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="needs ../shared/traces/mooncake_conversation.csv")
+def test_fast_forward_is_exact_with_prefix_caching(compose_cfg, hash_source):
+    a = _mooncake_run(compose_cfg, 100, "kv_cache.num_gpu_blocks=6000").requests
+    b = _mooncake_run(compose_cfg, 100, "kv_cache.num_gpu_blocks=6000",
+                      "fast_forward=false").requests
+    assert a.cached_tokens.sum() > 0
+    assert (a.cached_tokens == b.cached_tokens).all()
+    np.testing.assert_allclose(a.first_token_s, b.first_token_s, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(a.completion_s, b.completion_s, rtol=0, atol=1e-9)
+
+
+def test_host_tier_keeps_evicted_blocks_and_copies_them_back():
+    from sim.kv.offload import HostTier
+
+    kv = PagedKVCache(9, 4, 4, prefix_caching=True)     # 8 usable blocks of 4 tokens
+    kv.enable_offload(HostTier(3), block_copy_s=0.5)
+    kv.set_prefix_source(np.array([(1,), (2,), (1,), (1,)], dtype=object), trace_block=16)
+    computed = np.zeros(4, np.int64)
+    for rid in (0, 1):                                 # 0's four blocks, then 1's evict them
+        assert kv.match_prefix(rid, 16) == 0
+        kv.allocate(rid, 0, 16)
+        computed[rid] = 16
+        kv.commit(computed)
+        kv.free(rid)
+    kv.allocate(3, 0, 32)                              # all 8 blocks: every cached one goes
+    assert kv.cached_blocks == 0 and len(kv.host) == 3  # the host keeps the 3 latest
+    kv.free(3)
+    # rid 0's blocks 0..3 went first (LRU), then rid 1's: the tier holds only rid 1's tail
+    assert kv.match_prefix(2, 17) == 0 and kv.take_copy_time() == 0
+    kv.free(2)
+    tier = HostTier(8)
+    kv2 = PagedKVCache(9, 4, 4, prefix_caching=True)
+    kv2.enable_offload(tier, block_copy_s=0.5)
+    kv2.set_prefix_source(np.array([(1,), (2,), (1,), (1,)], dtype=object), trace_block=16)
+    for rid in (0, 1):
+        kv2.match_prefix(rid, 16)
+        kv2.allocate(rid, 0, 16)
+        computed[rid] = 16
+        kv2.commit(computed)
+        kv2.free(rid)
+    kv2.allocate(3, 0, 16)                             # evicts rid 0's four blocks to the host
+    assert len(tier) == 4
+    assert kv2.match_prefix(2, 17) == 16               # all four come back from the host
+    assert kv2.take_copy_time() == pytest.approx(2.0) and kv2.take_copy_time() == 0
+    check_blocks(kv2, [2, 3])
+    kv2.free([2, 3])
+    check_blocks(kv2, [])
