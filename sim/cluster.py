@@ -103,6 +103,7 @@ class Cluster:
                 raise ConfigError(tp_field, e.value, e.expected) from None
             raise
         parts.kv.share_held(self.held)
+        parts.kv.set_prefix_source(self.hash_ids)
         return parts
 
     def _pool(self, name: str, size: int, tp: int | None, table: RequestTable,

@@ -78,7 +78,7 @@ class Disaggregation:
         self.start_s[rid] = now
         blocks = self.decode.view.schedulers[r].kv.blocks_for(t.prompt[rid])
         self._rows.append(now, duration, 1, t.prompt[rid], 0, 0, 0, blocks,
-                          0.0, 0.0, duration, 0.0, self._comm)
+                          0.0, 0.0, duration, 0.0, self._comm, 0.0)
         self._row_replica.append(self.decode.first + r)
         attempt = int(t.retries[rid])
         c.env.timeout(duration).callbacks.append(

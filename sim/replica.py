@@ -21,7 +21,7 @@ TIMELINE_COLUMNS = {
     "time_s": "f8", "step_time_s": "f8", "batch_size": "i4", "scheduled_tokens": "i4",
     "prefill_tokens": "i4", "decode_tokens": "i4", "queue_length": "i4",
     "kv_blocks_used": "i8", "compute_s": "f8", "memory_s": "f8", "comm_s": "f8", "host_s": "f8",
-    "bound": "i1",
+    "bound": "i1", "swap_s": "f8",
 }
 FAIL, CUT = "fail", "cut"  # causes of an interrupt of the replica's process
 
@@ -139,10 +139,13 @@ class Replica:
                 cost = self.cost_model.step_cost(*batch.cost_shape())
                 scheduled = batch.num_tokens
                 prefill = batch.num_prefill_tokens
-                record(now, cost.time_s, len(batch.ids), scheduled, prefill,
+                # KV copies over PCIe (swap in/out, host-tier hits) stall the step
+                step_s = cost.time_s + batch.swap_s
+                record(now, step_s, len(batch.ids), scheduled, prefill,
                        scheduled - prefill, batch.queue_length, kv.used_blocks, cost.compute_s,
-                       cost.memory_s, cost.comm_s, cost.host_s, BOUNDS.index(cost.bound))
-                yield env.timeout(cost.time_s)
+                       cost.memory_s, cost.comm_s, cost.host_s, BOUNDS.index(cost.bound),
+                       batch.swap_s)
+                yield env.timeout(step_s)
                 done = sched.update(batch, env.now)
                 if len(done):
                     self.on_complete(done, env.now)
@@ -201,4 +204,4 @@ class Replica:
         time, compute, memory, comm, host = w.costs
         bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
         self.timeline.extend(k, starts, time[:k], n, n, 0, n, queue, w.used[:k],
-                             compute[:k], memory[:k], comm[:k], host[:k], bound)
+                             compute[:k], memory[:k], comm[:k], host[:k], bound, 0.0)

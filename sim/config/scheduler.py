@@ -15,7 +15,7 @@ from sim.config.model import ModelConfig
 from sim.errors import ConfigError
 
 # every scheduler.name (sim/schedulers/<name>.py); sim.schedulers.SCHEDULERS has the same keys
-SCHEDULER_NAMES = ("static", "dynamic", "orca", "vllm", "sarathi", "trtllm", "edf")
+SCHEDULER_NAMES = ("static", "dynamic", "orca", "vllm", "sarathi", "trtllm", "edf", "sglang")
 # policies that never split a prompt: a whole prompt must fit in one step's token budget
 WHOLE_PROMPT = ("static", "dynamic", "orca")
 VLLM_POLICIES = ("fcfs", "priority")
@@ -41,7 +41,8 @@ class SchedulerConfig:
     policy: str = "fcfs"
     # dynamic: longest wait of the oldest request before a batch that is not full starts
     max_queue_delay_ms: float = 0.0
-    # sarathi: token budget of one step (decodes plus prefill chunks), Sarathi-Serve's chunk_size
+    # sarathi: token budget of one step (decodes plus prefill chunks), Sarathi-Serve's chunk_size;
+    # sglang: its --chunked-prefill-size (max_num_batched_tokens is its --max-prefill-tokens)
     chunk_size: int = 512
     # trtllm: GUARANTEED_NO_EVICT or MAX_UTILIZATION
     capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"

@@ -10,6 +10,7 @@ from sim.schedulers.dynamic import DynamicScheduler
 from sim.schedulers.edf import EdfScheduler
 from sim.schedulers.orca import OrcaScheduler
 from sim.schedulers.sarathi import SarathiScheduler
+from sim.schedulers.sglang import SglangScheduler
 from sim.schedulers.static import PaddedBatch, StaticScheduler
 from sim.schedulers.trtllm import TrtllmScheduler
 from sim.schedulers.vllm import VllmScheduler
@@ -22,8 +23,9 @@ SCHEDULERS = {
     "sarathi": SarathiScheduler,
     "trtllm": TrtllmScheduler,
     "edf": EdfScheduler,
+    "sglang": SglangScheduler,
 }
 
 __all__ = ["SCHEDULERS", "Batch", "DynamicScheduler", "EdfScheduler", "OrcaScheduler",
-           "PaddedBatch", "SarathiScheduler", "StaticScheduler", "TokenBudgetScheduler",
-           "TrtllmScheduler", "VllmScheduler"]
+           "PaddedBatch", "SarathiScheduler", "SglangScheduler", "StaticScheduler",
+           "TokenBudgetScheduler", "TrtllmScheduler", "VllmScheduler"]

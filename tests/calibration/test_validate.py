@@ -40,7 +40,7 @@ def test_row_maps_to_config_overrides():
             "cluster.tensor_parallel_size=2", "workload.concurrency=4",
             "workload.input_tokens=64", "workload.output_tokens=8"} <= set(a["overrides"])
     assert b["model"] == "qwen3_235b_a22b" and b["dtype"] == "fp8_block" and b["concurrency"] == 12
-    assert b["scheduler"] == "vllm" and "no sglang scheduler" in b["note"]
+    assert b["scheduler"] == "sglang" and "no sglang scheduler" not in b["note"]
     assert "as Qwen/Qwen3-235B-A22B" in b["note"]
     assert {"cluster.expert_parallel_size=4", "model.dtype=fp8_block",
             "model.moe_dtype=''"} <= set(b["overrides"])
