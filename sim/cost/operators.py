@@ -28,8 +28,10 @@ def _sig(x, digits: int = 5):
 def knot_cell(log2x: np.ndarray, knots: np.ndarray):
     """Left knot index and weight of the right knot for linear interpolation, clamped (the
     calibration builds its fitting bases with this too)."""
-    x = np.clip(log2x, knots[0], knots[-1])
-    i = np.clip(np.searchsorted(knots, x, side="right") - 1, 0, max(len(knots) - 2, 0))
+    # np.minimum/np.maximum: np.clip's dispatch overhead dominates on the small arrays of a step
+    x = np.minimum(np.maximum(log2x, knots[0]), knots[-1])
+    i = np.minimum(np.maximum(np.searchsorted(knots, x, side="right") - 1, 0),
+                   max(len(knots) - 2, 0))
     if len(knots) == 1:
         return i, np.zeros_like(x)
     return i, (x - knots[i]) / (knots[i + 1] - knots[i])
