@@ -18,7 +18,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.optimize import least_squares
 
-from sim.cost.operators import Eta, Term, knot_cell
+from sim.cost.eta import Eta, Term, knot_cell
 
 LOSS_SCALE = 0.05  # soft-L1 transition in log-residual units: rows off by >5% count linearly
 

@@ -1,0 +1,138 @@
+"""Shape-dependent efficiencies: a scale times smooth tables over shape variables.
+
+The calibrated files store each operator family's efficiency as ``Eta`` (``scale × Π Term``),
+tables interpolated linearly in log2 of the shape variables; ``sim.cost.operators`` evaluates
+them and ``calibration`` fits them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _sig(x, digits: int = 5):
+    """Round to ``digits`` significant digits (keeps calibrated files short and stable)."""
+    return float(f"{float(x):.{digits}g}")
+
+
+def knot_cell(log2x: np.ndarray, knots: np.ndarray):
+    """Left knot index and weight of the right knot for linear interpolation, clamped (the
+    calibration builds its fitting bases with this too)."""
+    # np.minimum/np.maximum: np.clip's dispatch overhead dominates on the small arrays of a step
+    x = np.minimum(np.maximum(log2x, knots[0]), knots[-1])
+    i = np.minimum(np.maximum(np.searchsorted(knots, x, side="right") - 1, 0),
+                   max(len(knots) - 2, 0))
+    if len(knots) == 1:
+        return i, np.zeros_like(x)
+    return i, (x - knots[i]) / (knots[i + 1] - knots[i])
+
+
+_SCALARS = (int, float, np.integer, np.floating)
+
+
+@dataclass(frozen=True, eq=False)
+class Term:
+    """One smooth factor of an efficiency: a table over one or two shape variables (``axes``)
+    at ``log2_knots``, interpolated linearly in log2 of the variables and in log of the factor,
+    constant beyond the outer knots. ``log_factor`` holds ln(factor) at the knots."""
+
+    axes: tuple[str, ...]
+    log2_knots: tuple[np.ndarray, ...]
+    log_factor: np.ndarray
+
+    def __post_init__(self) -> None:
+        # plain-Python copies for the scalar path (the simulator prices one step at a time)
+        object.__setattr__(self, "_kn", [list(map(float, k)) for k in self.log2_knots])
+        object.__setattr__(self, "_f", np.asarray(self.log_factor, dtype=float).tolist())
+
+    def __call__(self, shape: dict) -> np.ndarray:
+        """ln(factor) at the shape variables ``shape[axis]`` (scalars or arrays)."""
+        xs = [shape[a] for a in self.axes]
+        if all(isinstance(x, _SCALARS) for x in xs):
+            return self._scalar(xs)
+        cells = [knot_cell(np.log2(np.asarray(x, dtype=np.float64)), kn)
+                 for x, kn in zip(xs, self.log2_knots, strict=True)]
+        f = self.log_factor
+        if len(cells) == 1:
+            (i, w), = cells
+            return f[i] * (1 - w) + f[np.minimum(i + 1, len(f) - 1)] * w
+        (i, u), (j, v) = cells
+        i1, j1 = np.minimum(i + 1, f.shape[0] - 1), np.minimum(j + 1, f.shape[1] - 1)
+        return ((1 - u) * ((1 - v) * f[i, j] + v * f[i, j1])
+                + u * ((1 - v) * f[i1, j] + v * f[i1, j1]))
+
+    def _scalar(self, xs: list) -> float:
+        cells = []
+        for x, kn in zip(xs, self._kn, strict=True):
+            last = len(kn) - 1
+            lx = math.log2(x) if x > 0 else kn[0]
+            if lx <= kn[0] or last == 0:
+                cells.append((0, min(1, last), 0.0))
+            elif lx >= kn[last]:
+                cells.append((last - 1, last, 1.0))
+            else:
+                i = bisect.bisect_right(kn, lx) - 1
+                cells.append((i, i + 1, (lx - kn[i]) / (kn[i + 1] - kn[i])))
+        f = self._f
+        if len(cells) == 1:
+            (i, i1, w), = cells
+            return f[i] * (1 - w) + f[i1] * w
+        (i, i1, u), (j, j1, v) = cells
+        return ((1 - u) * ((1 - v) * f[i][j] + v * f[i][j1])
+                + u * ((1 - v) * f[i1][j] + v * f[i1][j1]))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Term:
+        """From ``{axes, log2_knots, factor}`` (factor: nested lists, one level per axis)."""
+        axes = tuple(d["axes"])
+        knots = tuple(np.asarray(k, dtype=np.float64) for k in d["log2_knots"])
+        factor = np.asarray(d["factor"], dtype=np.float64)
+        if len(axes) not in (1, 2) or len(knots) != len(axes) or factor.shape != tuple(
+                len(k) for k in knots) or np.any(factor <= 0):
+            raise ValueError(f"efficiency term over {axes}: need 1 or 2 axes, one knot list "
+                             f"per axis and a positive factor table of matching shape")
+        return cls(axes, knots, np.log(factor))
+
+    def to_dict(self) -> dict:
+        """The mapping ``from_dict`` reads (factors to 5 significant digits)."""
+        factor = np.vectorize(_sig)(np.exp(self.log_factor))
+        return {"axes": list(self.axes),
+                "log2_knots": [[_sig(v) for v in k] for k in self.log2_knots],
+                "factor": factor.tolist()}
+
+
+@dataclass(frozen=True, eq=False)
+class Eta:
+    """An efficiency (fraction of a peak) that varies with the shape: ``scale × Π term``.
+
+    In a calibrated file it is either a number (constant) or ``{scale, terms: [...]}``.
+    """
+
+    scale: float
+    terms: tuple[Term, ...] = ()
+
+    def __call__(self, **shape) -> np.ndarray:
+        """η at the shape variables (keyword arguments named like the terms' axes)."""
+        if not self.terms:
+            return self.scale
+        log = 0.0
+        for t in self.terms:
+            log = log + t(shape)
+        return self.scale * (math.exp(log) if isinstance(log, float) else np.exp(log))
+
+    @classmethod
+    def from_dict(cls, d) -> Eta:
+        """From a number or ``{scale, terms}``."""
+        if isinstance(d, (int, float)):
+            return cls(float(d))
+        return cls(float(d["scale"]), tuple(Term.from_dict(t) for t in d.get("terms") or ()))
+
+    def to_dict(self):
+        """A number when constant, else ``{scale, terms}``."""
+        if not self.terms:
+            return _sig(self.scale)
+        return {"scale": _sig(self.scale), "terms": [t.to_dict() for t in self.terms]}
