@@ -62,6 +62,8 @@ def policy(draw, budget: int) -> dict:
         fields["max_queue_delay_ms"] = draw(st.sampled_from([0.0, 5.0, 50.0]))
     elif name == "sarathi":
         fields["chunk_size"] = draw(st.integers(1, budget))
+    elif name == "sglang":
+        fields["chunk_size"] = draw(st.integers(1, 2 * budget))
     elif name == "trtllm":
         fields["capacity_scheduler_policy"] = draw(
             st.sampled_from(["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"]))
@@ -123,7 +125,10 @@ def check_invariants(cfg, rec):
     if len(tl):
         assert tl["kv_blocks_used"].between(0, rec.meta["num_gpu_blocks"] - 1).all()
         assert (tl["batch_size"] <= cfg.scheduler.max_num_seqs).all()
-        assert (tl["scheduled_tokens"] <= cfg.scheduler.max_num_batched_tokens).all()
+        cap = cfg.scheduler.max_num_batched_tokens
+        if cfg.scheduler.name == "sglang":  # SGLang admits a first prompt over
+            cap = max(cap, cfg.scheduler.chunk_size)  # max_prefill_tokens, up to a chunk
+        assert (tl["scheduled_tokens"] <= cap).all()
         assert (tl["scheduled_tokens"] >= tl["batch_size"]).all()
         assert (np.diff(tl["time_s"]) >= 0).all()
 
