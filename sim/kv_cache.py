@@ -179,15 +179,11 @@ class PagedKVCache:
         tokens served from the cache (whole blocks; never the last token, as vLLM's
         ``get_computed_blocks``). Its state blocks are taken with the hit; 0 when nothing
         hits or they do not fit."""
-        if self.prefix is None or self._hash_ids is None or self.held[rid]:
+        if self.held[rid]:
             return 0
-        ids = self._hash_ids[rid]
-        if ids is None or not len(ids):
-            return 0
-        hashes = self._hashes.get(rid)
+        hashes = self._prompt_hashes(rid, num_tokens)
         if hashes is None:
-            hashes = block_hashes(ids, int(num_tokens), self._trace_block, self.block_size)
-            self._hashes[rid] = hashes
+            return 0
         if len(hashes):
             self._pending.add(rid)
         most = (int(num_tokens) - 1) // self.block_size
@@ -207,17 +203,25 @@ class PagedKVCache:
 
     def prefix_hit_tokens(self, rid: int, num_tokens: int) -> int:
         """Tokens ``match_prefix`` would serve from the cache now, touching nothing."""
-        if self.prefix is None or self._hash_ids is None:
+        hashes = self._prompt_hashes(rid, num_tokens)
+        if hashes is None:
             return 0
+        return self.prefix.match(hashes, (int(num_tokens) - 1) // self.block_size) * \
+            self.block_size
+
+    def _prompt_hashes(self, rid: int, num_tokens: int) -> list[int] | None:
+        """The chained block hashes of ``rid``'s prompt (computed once), or None when prefix
+        caching is off or the request carries no hash ids."""
+        if self.prefix is None or self._hash_ids is None:
+            return None
         ids = self._hash_ids[rid]
         if ids is None or not len(ids):
-            return 0
+            return None
         hashes = self._hashes.get(rid)
         if hashes is None:
             hashes = block_hashes(ids, int(num_tokens), self._trace_block, self.block_size)
             self._hashes[rid] = hashes
-        return self.prefix.match(hashes, (int(num_tokens) - 1) // self.block_size) * \
-            self.block_size
+        return hashes
 
     def _load_from_host(self, hashes: list[int]) -> int:
         """Copy the leading blocks of ``hashes`` that the host tier holds into free GPU blocks
