@@ -45,9 +45,9 @@ import sim.builders
 from analysis.metrics import per_request_latencies
 from calibration import host_fit
 from calibration.config import CONF_DIR
+from calibration.silicon_rows import calibration_file, plan_rows
 from scenarios import WorkloadError, requests_for_seed
 from sim import simulate
-from sim.config.backend import BACKENDS
 from sim.errors import ConfigError
 from sim.preflight import one_line
 
@@ -78,150 +78,6 @@ class ValidateConfig:
 
 
 ConfigStore.instance().store(name="base_validate", node=ValidateConfig)
-
-
-# ---- rows → configs ------------------------------------------------------------
-SUFFIXES = ("-instruct", "-fp8")  # checkpoint variants that share the architecture
-BF16 = ("bf16", "bfloat16")
-FP8 = ("fp8", "fp8_block")
-_CONCURRENCY = r"silicon_concurrency=(\d+)"
-
-
-def _norm(hf_id: str) -> str:
-    s = str(hf_id).strip().lower()
-    while s.endswith(SUFFIXES):
-        s = s[: s.rfind("-")]
-    return s
-
-
-def model_index() -> dict[str, dict]:
-    """``conf/model`` by normalized ``hf_id`` (lower case, without ``-Instruct``/``-FP8``):
-    ``{name, hf_id, num_experts}``."""
-    out: dict[str, dict] = {}
-    for path in sorted((Path(conf.__file__).parent / "model").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text()) or {}
-        if doc.get("hf_id"):
-            out.setdefault(_norm(doc["hf_id"]), {"name": path.stem, "hf_id": doc["hf_id"],
-                                                 "num_experts": doc.get("num_experts") or 0})
-    return out
-
-
-def concurrency_of(rows: pd.DataFrame) -> pd.Series:
-    """Closed-loop clients per row: ``silicon_concurrency=N`` of ``silicon_data_source`` when
-    stated, else ``batch_size × attention_dp_size`` (missing DP counts as 1); 0 if neither."""
-    src = rows.get("silicon_data_source", pd.Series("", index=rows.index)).astype(str)
-    stated = src.str.extract(_CONCURRENCY)[0].astype(float)
-    dp = rows.get("attention_dp_size", pd.Series(1.0, index=rows.index)).fillna(1.0)
-    derived = rows.get("batch_size", pd.Series(np.nan, index=rows.index)).astype(float) * dp
-    return stated.fillna(derived).fillna(0).round().astype(int)
-
-
-def _size(v) -> int:
-    """A parallel size from the CSV; missing or 0 (not used) is 1."""
-    return int(v) if pd.notna(v) and int(v) > 0 else 1
-
-
-def _quant(v) -> str | None:
-    return None if pd.isna(v) or str(v).strip() == "" else str(v).strip().lower()
-
-
-def dtypes_of(row: dict, num_experts: int) -> tuple[str, str | None, str]:
-    """``(model.dtype, model.moe_dtype or None to keep the model's, reason)`` of a CSV row:
-    fp8 → fp8, fp8_block (128×128 block scales) → fp8_block; bf16 or unset → bfloat16; 4-bit
-    weights are not modelled."""
-    q = _quant(row.get("gemm_quant_mode")) or _quant(row.get("precision"))
-    if q is None or q in BF16:
-        dtype = "bfloat16"
-    elif q in FP8:
-        dtype = q
-    else:
-        return "", None, f"weights gemm_quant_mode={q} ({'4-bit' if '4' in q else 'this quant'}" \
-                         " weights) are not modelled; bf16 and fp8 are"
-    mq = _quant(row.get("moe_quant_mode"))
-    if not num_experts or mq is None:
-        return dtype, None, ""
-    if mq in FP8:
-        return dtype, "" if dtype == mq else mq, ""
-    if mq in BF16:
-        return dtype, "" if dtype == "bfloat16" else "bfloat16", ""
-    return dtype, None, f"experts moe_quant_mode={mq} are not modelled; bf16 and fp8 are"
-
-
-def calibration_file(hardware: str, backend: str) -> Path:
-    """``sim/cost/calibrated/<hardware's calibration>/<backend>.yaml``."""
-    hw = yaml.safe_load((Path(conf.__file__).parent / "hardware" / f"{hardware}.yaml")
-                        .read_text())
-    return Path(sim.builders.__file__).parent / "cost" / "calibrated" / \
-        str(hw.get("calibration", hardware)) / f"{backend}.yaml"
-
-
-def _reason(row: dict, hardware: str, model: dict | None) -> str:
-    if row["mode"] != "agg":
-        return f"mode={row['mode']}: only aggregated (agg) rows are mapped; disaggregated " \
-               "rows need per-pool parallel layouts and attention DP, not mapped yet"
-    if str(row.get("system", hardware)) != hardware:
-        return f"system={row['system']}: not hardware={hardware}"
-    if row["backend"] not in BACKENDS:
-        return f"backend={row['backend']}: not one of {list(BACKENDS)}"
-    if not calibration_file(hardware, row["backend"]).is_file():
-        return f"backend={row['backend']}: no calibrated file " \
-               f"{calibration_file(hardware, row['backend']).name} for {hardware}"
-    if model is None:
-        return f"model_path={row['model_path']}: no conf/model/*.yaml with a matching hf_id"
-    if row["concurrency"] < 1 or not row["isl"] >= 1 or not row["osl"] >= 1:
-        return f"concurrency={row['concurrency']}, isl={row['isl']}, osl={row['osl']}: " \
-               "must all be >= 1"
-    return ""
-
-
-def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
-              ) -> pd.DataFrame:
-    """One plan per CSV row: the measured values, the mapped config (``overrides`` for the
-    simulator's Hydra config) and ``reason`` (empty when the row can be simulated). With
-    ``models``, only rows of those conf models are kept."""
-    index = model_index()
-    schedulers = {p.stem for p in (Path(conf.__file__).parent / "scheduler").glob("*.yaml")}
-    rows = rows.assign(concurrency=concurrency_of(rows))
-    plans = []
-    for row in rows.to_dict("records"):
-        model = index.get(_norm(row["model_path"]))
-        if models is not None and (model is None or model["name"] not in models):
-            continue
-        backend = str(row["backend"])
-        reason = _reason(row, hardware, model)
-        dtype, moe_dtype, why = dtypes_of(row, model["num_experts"] if model else 0)
-        reason = reason or why
-        notes = []
-        if model and model["hf_id"] != row["model_path"]:
-            notes.append(f"as {model['hf_id']}")
-        scheduler = backend if backend in schedulers else "vllm"
-        if scheduler != backend:
-            notes.append(f"no {backend} scheduler: vllm's")
-        tp, pp = _size(row.get("tp_size")), _size(row.get("pp_size"))
-        ep, dp = _size(row.get("moe_ep_size")), _size(row.get("attention_dp_size"))
-        c, isl, osl = int(row["concurrency"]), int(row["isl"]), int(row["osl"])
-        overrides = [] if reason else [
-            f"model={model['name']}", f"hardware={hardware}", f"backend={backend}",
-            f"scheduler={scheduler}", f"model.dtype={dtype}",
-            *([f"model.moe_dtype='{moe_dtype}'"] if moe_dtype is not None else []),
-            f"cluster.tensor_parallel_size={tp}", f"cluster.pipeline_parallel_size={pp}",
-            f"cluster.expert_parallel_size={ep}", f"cluster.data_parallel_size={dp}",
-            "workload=closed_loop", f"workload.concurrency={c}", f"workload.input_tokens={isl}",
-            f"workload.output_tokens={osl}", "workload.think_time_s=0", "slo=none",
-            "plots=false", "progress=false"]
-        plans.append({
-            "id": row["id"], "model_path": row["model_path"], "backend": backend,
-            "mode": row["mode"], "model": model["name"] if model else "", "scheduler": scheduler,
-            "tp": tp, "pp": pp, "ep": ep, "dp": dp, "dtype": dtype, "isl": isl, "osl": osl,
-            "concurrency": c, "meas_ttft_ms": float(row["silicon_ttft_ms"]),
-            "meas_tpot_ms": float(row["silicon_tpot_ms"]), "note": "; ".join(notes),
-            "reason": reason, "overrides": overrides})
-    return pd.DataFrame(plans, columns=PLAN_COLUMNS)
-
-
-PLAN_COLUMNS = ["id", "model_path", "backend", "mode", "model", "scheduler", "tp", "pp", "ep",
-                "dp", "dtype", "isl", "osl", "concurrency", "meas_ttft_ms", "meas_tpot_ms",
-                "note", "reason", "overrides"]
 
 
 # ---- simulation ------------------------------------------------------------

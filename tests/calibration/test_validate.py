@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from calibration.__main__ import main as calibration_main
-from calibration.validate import concurrency_of, plan_rows
+from calibration.silicon_rows import concurrency_of, plan_rows
 
 REPO = Path(__file__).resolve().parents[2]
 SILICON = REPO.parent / "shared" / "data" / "aiconfigurator" / "silicon_sample_h100.csv"
