@@ -5,9 +5,10 @@
 
 Every row of a CSV in the layout of aiconfigurator's ``silicon_sample_h100.csv`` is a closed-loop
 benchmark: ``concurrency`` clients, each sending its next request when the previous one
-completes, every request ``isl`` prompt and ``osl`` output tokens. ``plan_rows`` maps each row
-to the project's config (the model whose ``hf_id`` matches ``model_path``, the row's backend
-and its scheduler, its parallel layout and dtype), or gives the reason it cannot be simulated.
+completes, every request ``isl`` prompt and ``osl`` output tokens.
+``calibration.silicon_rows.plan_rows`` maps each row to the project's config (the model whose
+``hf_id`` matches ``model_path``, the row's backend and its scheduler, its parallel layout and
+dtype), or gives the reason it cannot be simulated.
 Each supported row is simulated with ``requests_per_client`` requests per client; the clients'
 first requests are spread evenly over one request's estimated latency (``ramp=true``; all at
 t=0 with ``ramp=false``); with 3 or more, each client's first (cold start) and last (drain)
