@@ -1,7 +1,7 @@
 """``python -m calibration validate``: the simulator against measured serving benchmarks.
 
     python -m calibration validate silicon_csv=PATH hardware=h100_sxm [backend=NAME]
-        [models=[a,b]] [limit=N] [requests_per_client=3] [ramp=true] [fit_host=true]
+        [models=[a,b]] [limit=N] [harness=burst|ramp] [requests_per_client=10] [fit_host=true]
 
 Every row of a CSV in the layout of aiconfigurator's ``silicon_sample_h100.csv`` is a closed-loop
 benchmark: ``concurrency`` clients, each sending its next request when the previous one
@@ -9,10 +9,19 @@ completes, every request ``isl`` prompt and ``osl`` output tokens.
 ``calibration.silicon_rows.plan_rows`` maps each row to the project's config (the model whose
 ``hf_id`` matches ``model_path``, the row's backend and its scheduler, its parallel layout and
 dtype), or gives the reason it cannot be simulated.
-Each supported row is simulated with ``requests_per_client`` requests per client; the clients'
-first requests are spread evenly over one request's estimated latency (``ramp=true``; all at
-t=0 with ``ramp=false``); with 3 or more, each client's first (cold start) and last (drain)
-requests are not measured and the prediction is the mean over the others.
+Each supported row is simulated with ``requests_per_client`` requests per client, in one of two
+harnesses (``harness=``):
+
+- ``burst`` (the default) imitates the benchmark tools these rows come from (AIPerf/GenAI-Perf
+  with ``--concurrency C --request-count 10·C``, the assumption aiconfigurator states for its
+  own agg TTFT estimate): every client sends its first request at t=0, and the prediction is the
+  mean over all requests, the first round's burst included, as the tool reports its average.
+- ``ramp``: the clients' first requests are spread evenly over one request's estimated latency
+  and, with 3 or more requests per client, each client's first (cold start) and last (drain)
+  requests are not measured: the steady state of desynchronised clients.
+
+Fixed-length clients started together stay in lockstep (a round's prompts are prefilled in the
+same steps), so the two harnesses bracket the real phasing; the data does not record it.
 Measured TTFT/TPOT may be means or medians (the data does not say); we compare the mean.
 
 Printed: every row's predicted and measured TTFT and TPOT with the signed error
@@ -69,8 +78,8 @@ class ValidateConfig:
     models: list[str] | None = None
     ids: list[str] | None = None
     limit: int | None = None
-    requests_per_client: int = 3
-    ramp: bool = True
+    requests_per_client: int = 10
+    harness: str = "burst"
     seed: int = 0
     worst: int = 10
     fit_host: bool = False
@@ -82,11 +91,15 @@ ConfigStore.instance().store(name="base_validate", node=ValidateConfig)
 
 
 # ---- simulation ------------------------------------------------------------
-class RowSimulator:
-    """Composes and simulates planned rows inside one Hydra context."""
+HARNESSES = ("burst", "ramp")
 
-    def __init__(self, requests_per_client: int, seed: int = 0, ramp: bool = True) -> None:
-        self.per_client, self.seed, self.ramp = requests_per_client, seed, ramp
+
+class RowSimulator:
+    """Composes and simulates planned rows inside one Hydra context, in one of the
+    ``HARNESSES`` (see the module docstring)."""
+
+    def __init__(self, requests_per_client: int, seed: int = 0, harness: str = "burst") -> None:
+        self.per_client, self.seed, self.harness = requests_per_client, seed, harness
 
     def __enter__(self) -> RowSimulator:
         self._hydra = initialize_config_dir(str(Path(conf.__file__).parent), version_base=None)
@@ -99,7 +112,7 @@ class RowSimulator:
     def compose(self, plan: dict):
         """The simulator's composed config of one plan, checked (``ConfigError`` if refused).
 
-        With ``ramp``, the clients' first requests are spread evenly over one request's
+        With ``harness=ramp``, the clients' first requests are spread evenly over one request's
         estimated latency (``request_latency_estimate``), as a benchmark's clients drift apart;
         started together, fixed-length clients would prefill and finish in lockstep forever.
         """
@@ -107,7 +120,7 @@ class RowSimulator:
         cfg = compose("config", overrides=[*plan["overrides"], f"seed={self.seed}",
                                            f"workload.num_requests={c * self.per_client}"])
         sim.builders.check_config(cfg)
-        if self.ramp:
+        if self.harness == "ramp":
             cfg.workload.ramp_up_s = request_latency_estimate(cfg, plan)
         return cfg
 
@@ -118,7 +131,7 @@ class RowSimulator:
             cfg.cost_model.host_overhead_ms = float(host[0])
             cfg.cost_model.host_overhead_per_seq_us = float(host[1])
         records = simulate(cfg, requests_for_seed(cfg.workload, cfg.seed))
-        return measure(records, self.per_client)
+        return measure(records, self.per_client if self.harness == "ramp" else 1)
 
 
 def request_latency_estimate(cfg, plan: dict) -> float:
@@ -139,8 +152,9 @@ def request_latency_estimate(cfg, plan: dict) -> float:
 
 
 def measure(records, per_client: int) -> dict:
-    """Mean TTFT/TPOT over steady-state requests (without each client's first and last when
-    ``per_client`` >= 3), over all requests, and step diagnostics of the timeline."""
+    """Mean TTFT/TPOT over the measured requests (all of them, or without each client's first
+    and last when ``per_client`` >= 3), over all requests, and step diagnostics of the
+    timeline."""
     req = records.requests
     lat = per_request_latencies(req)
     steady = lat
@@ -226,6 +240,8 @@ def check(cfg) -> None:
         raise ConfigError("silicon_csv", cfg.silicon_csv, "not a file")
     if cfg.backend is not None and cfg.backend not in ("vllm", "sglang", "trtllm"):
         raise ConfigError("backend", cfg.backend, "one of ['vllm', 'sglang', 'trtllm'] or null")
+    if cfg.harness not in HARNESSES:
+        raise ConfigError("harness", cfg.harness, f"one of {list(HARNESSES)}")
     if cfg.requests_per_client < 1:
         raise ConfigError("requests_per_client", cfg.requests_per_client, "must be >= 1")
     if cfg.limit is not None and cfg.limit < 1:
@@ -292,7 +308,7 @@ def format_report(table: pd.DataFrame, summary: dict, k: int) -> str:
     """The printed report: per-row errors, the per-backend summary, worst rows, unsupported."""
     done = table[table["pred_ttft_ms"].notna()]
     skipped = table[table["reason"] != ""]
-    parts = ["Per-row errors (err% = (pred - meas) / meas * 100; pred = mean over steady-state "
+    parts = ["Per-row errors (err% = (pred - meas) / meas * 100; pred = mean over the measured "
              "requests):", _fmt(done[SHOWN]) if len(done) else "(no row simulated)", "",
              "Absolute % error per backend and metric:"]
     rows = [{"backend": b, "metric": m, **v} for b, d in summary.items() for m, v in d.items()]
@@ -326,8 +342,9 @@ def run(cfg, outdir: Path) -> dict:
     if cfg.limit is not None:
         plans = plans.head(cfg.limit).reset_index(drop=True)
     doc: dict[str, Any] = {"silicon_csv": str(cfg.silicon_csv), "hardware": cfg.hardware,
+                           "harness": cfg.harness,
                            "requests_per_client": cfg.requests_per_client}
-    with RowSimulator(cfg.requests_per_client, cfg.seed, cfg.ramp) as simulator:
+    with RowSimulator(cfg.requests_per_client, cfg.seed, cfg.harness) as simulator:
         if cfg.fit_host:
             fits, table = _fit_host(plans, simulator, cfg)
             doc["host_fit"] = fits

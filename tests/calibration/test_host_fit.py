@@ -49,7 +49,7 @@ def test_held_out_keeps_whole_groups():
 def test_step_counts_make_predictions_exactly_linear():
     plan = plan_rows(pd.DataFrame([row(batch_size=3.0, isl=96, osl=6)]),
                      "h100_sxm").iloc[0].to_dict()
-    with RowSimulator(3, ramp=False) as s:  # started together, the schedule is duration-free
+    with RowSimulator(3, harness="burst") as s:  # started together, the schedule is duration-free
         r0 = s.run(s.compose(plan), (0.0, 0.0))
         r1 = s.run(s.compose(plan), (2.0, 30.0))
     lin = host_fit.linear_predictions(pd.DataFrame([r0]), (0.0, 0.0), (2.0, 30.0))

@@ -75,7 +75,7 @@ def test_command_writes_json_and_parquet(tmp_path, capsys):
                   row(id="fp4", gemm_quant_mode="nvfp4")]).to_csv(csv, index=False)
     out = tmp_path / "run"
     rc = calibration_main(["validate", f"silicon_csv={csv}", "requests_per_client=3",
-                           f"hydra.run.dir={out}"])
+                           "harness=ramp", f"hydra.run.dir={out}"])
     assert rc == 0
     doc = json.loads((out / "validate.json").read_text())
     table = pd.read_parquet(out / "rows.parquet")
@@ -92,10 +92,28 @@ def test_command_writes_json_and_parquet(tmp_path, capsys):
     assert "Rows not simulated: 2 of 3" in printed
 
 
+def test_burst_harness_measures_every_request(tmp_path):
+    csv = tmp_path / "s.csv"
+    pd.DataFrame([row(id="ok")]).to_csv(csv, index=False)
+    out = tmp_path / "run"
+    rc = calibration_main(["validate", f"silicon_csv={csv}", "requests_per_client=4",
+                           f"hydra.run.dir={out}"])
+    assert rc == 0
+    ok = pd.read_parquet(out / "rows.parquet").set_index("id").loc["ok"]
+    assert ok["steady_requests"] == 8  # 2 clients × 4 requests, all measured
+    assert ok["pred_ttft_ms"] == ok["pred_ttft_all_ms"]
+    assert json.loads((out / "validate.json").read_text())["harness"] == "burst"
+
+
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert calibration_main(["validate", f"silicon_csv={tmp_path / 'no.csv'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "silicon_csv=" in err[0] and "not a file" in err[0]
+    csv = tmp_path / "s.csv"
+    pd.DataFrame([row(id="ok")]).to_csv(csv, index=False)
+    assert calibration_main(["validate", f"silicon_csv={csv}", "harness=lockstep"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "harness='lockstep'" in err[0] and "burst" in err[0]
     assert calibration_main(["validate", f"silicon_csv={tmp_path}", "nokey=1"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
