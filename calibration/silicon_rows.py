@@ -81,6 +81,13 @@ def dtypes_of(row: dict, num_experts: int) -> tuple[str, str | None, str]:
     return dtype, None, f"experts moe_quant_mode={mq} are not modelled; bf16 and fp8 are"
 
 
+def kv_dtype_of(row: dict, dtype: str) -> str:
+    """``kv_cache.dtype`` of a row: TensorRT-LLM runs FP8 rows with an FP8 KV cache (the
+    default aiconfigurator states for its TensorRT-LLM runs: gemm, KV cache and MoE in fp8);
+    vLLM and SGLang keep ``auto`` (bf16 activations and KV cache under fp8 weights)."""
+    return "fp8" if row["backend"] == "trtllm" and dtype in FP8 else "auto"
+
+
 def calibration_file(hardware: str, backend: str) -> Path:
     """``sim/cost/calibrated/<hardware's calibration>/<backend>.yaml``."""
     hw = yaml.safe_load((Path(conf.__file__).parent / "hardware" / f"{hardware}.yaml")
@@ -137,6 +144,7 @@ def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
         overrides = [] if reason else [
             f"model={model['name']}", f"hardware={hardware}", f"backend={backend}",
             f"scheduler={scheduler}", f"model.dtype={dtype}",
+            f"kv_cache.dtype={kv_dtype_of(row, dtype)}",
             *([f"model.moe_dtype='{moe_dtype}'"] if moe_dtype is not None else []),
             f"cluster.tensor_parallel_size={tp}", f"cluster.pipeline_parallel_size={pp}",
             f"cluster.expert_parallel_size={ep}", f"cluster.data_parallel_size={dp}",

@@ -33,8 +33,10 @@ def test_row_maps_to_config_overrides():
         row(id="b", backend="sglang", model_path="Qwen/Qwen3-235B-A22B-FP8", precision="fp8",
             gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block", tp_size=4.0,
             moe_ep_size=4.0, silicon_data_source="s; silicon_concurrency=12"),
+        row(id="c", backend="trtllm", model_path="Qwen/Qwen3-32B", precision="fp8",
+            gemm_quant_mode="fp8"),
     ])
-    a, b = plan_rows(rows, "h100_sxm").to_dict("records")
+    a, b, c = plan_rows(rows, "h100_sxm").to_dict("records")
     assert a["reason"] == "" and a["model"] == "llama3_8b" and a["scheduler"] == "trtllm"
     assert {"model=llama3_8b", "backend=trtllm", "scheduler=trtllm", "model.dtype=bfloat16",
             "cluster.tensor_parallel_size=2", "workload.concurrency=4",
@@ -44,6 +46,9 @@ def test_row_maps_to_config_overrides():
     assert "as Qwen/Qwen3-235B-A22B" in b["note"]
     assert {"cluster.expert_parallel_size=4", "model.dtype=fp8_block",
             "model.moe_dtype=''"} <= set(b["overrides"])
+    # FP8 KV cache under TensorRT-LLM's fp8 rows only
+    assert "kv_cache.dtype=auto" in a["overrides"] and "kv_cache.dtype=auto" in b["overrides"]
+    assert {"model.dtype=fp8", "kv_cache.dtype=fp8"} <= set(c["overrides"])
 
 
 def test_unsupported_rows_get_reasons():
