@@ -20,9 +20,10 @@ Parameter layout per layer, as in the Hugging Face / vLLM modules:
 Tensor parallelism splits heads and FFN columns; K/V heads are replicated when fewer than
 GPUs; MLA's down-projections (q_a, kv_a) are replicated. Routed experts are split over
 ``ep`` GPUs and each expert ``max(1, tp // ep)`` ways (ep = 1: every expert tensor-parallel).
-With ``ep > 1`` the shared experts run whole on every GPU (replicated, as the cost model
-prices them). Embeddings, LM head, norms, biases, routers and convolutions stay 16-bit in FP8
-checkpoints (per-tensor ``fp8`` and block-scaled ``fp8_block`` alike: 1 byte per weight).
+Shared experts split ``tp`` ways like a dense MLP (attention is tensor-parallel, so every GPU
+sees all tokens; see ``sim.cost.moe``). Embeddings, LM head, norms, biases, routers and
+convolutions stay 16-bit in FP8 checkpoints (per-tensor ``fp8`` and block-scaled
+``fp8_block`` alike: 1 byte per weight).
 
 Pipeline parallelism (``pp`` stages) splits the layers as vLLM does
 (``sim.config.parallel.pipeline_stage_layers``): the first stage also holds the embedding, the
@@ -139,9 +140,7 @@ def _weights(m: ModelConfig, tp: int = 1, ep: int = 1, active: bool = False,
         local = m.num_experts_per_tok if active else _cdiv(m.num_experts, ep)
         per_expert = _cdiv(3 * h * m.moe_intermediate_size, max(1, tp // ep))
         experts = n_moe * local * per_expert
-        # with expert parallelism the shared experts are replicated, whole, on every GPU
-        shared_split = 1 if ep > 1 else tp
-        linear += n_moe * _cdiv(3 * h * m.shared_expert_intermediate_size, shared_split)
+        linear += n_moe * _cdiv(3 * h * m.shared_expert_intermediate_size, tp)
         small += n_moe * h * m.num_experts  # router, replicated
     small += (2 * len(st.layers) + st.last) * h  # two norms per layer, the final norm
     # a tied LM head is the embedding matrix, held again by the last stage when pp > 1
@@ -184,7 +183,7 @@ def weight_bytes_per_gpu(m: ModelConfig, tp: int, ep: int = 1, pp: int = 1) -> i
 
     Heads and FFN columns split ``tp`` ways (K/V heads replicated when fewer than GPUs);
     routed experts split ``ep`` ways and each expert ``max(1, tp // ep)`` ways, shared experts
-    replicated when ``ep > 1``; the vocab-parallel embedding (first stage) and LM head (last
+    ``tp`` ways; the vocab-parallel embedding (first stage) and LM head (last
     stage) split too and stay bf16 in FP8 checkpoints.
     """
     return max(stage_weight_bytes(m, tp, ep, s) for s in pipeline_stages(m, pp))

@@ -114,8 +114,7 @@ class PerGpu:
             num_experts=m.num_experts, local_experts=max(1, m.num_experts // ep),
             topk=m.num_experts_per_tok,
             expert_inter=m.moe_intermediate_size // (1 if ep > 1 else tp),
-            # with expert parallelism the shared experts run whole on each GPU's token share
-            shared_inter=m.shared_expert_intermediate_size // (1 if ep > 1 else tp),
+            shared_inter=m.shared_expert_intermediate_size // tp,
             expert_dtype=edt, expert_w_bytes=float(MOE_DTYPE_BYTES[edt]),
             lin_key_heads=m.linear_num_key_heads // tp,
             lin_value_heads=m.linear_num_value_heads // tp,
