@@ -5,9 +5,16 @@
 """
 
 from scenarios.classes import RequestClassConfig
-from scenarios.config import LengthConfig, WorkloadConfig, check_workload
+from scenarios.config import (
+    LengthConfig,
+    MultiTurnConfig,
+    SystemPromptConfig,
+    WorkloadConfig,
+    check_workload,
+)
 from scenarios.errors import WorkloadError
 from scenarios.workload import build_requests, requests_for_seed
 
-__all__ = ["LengthConfig", "RequestClassConfig", "WorkloadConfig", "WorkloadError",
-           "build_requests", "check_workload", "requests_for_seed"]
+__all__ = ["LengthConfig", "MultiTurnConfig", "RequestClassConfig", "SystemPromptConfig",
+           "WorkloadConfig", "WorkloadError", "build_requests", "check_workload",
+           "requests_for_seed"]

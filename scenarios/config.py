@@ -6,6 +6,11 @@ when Hydra composes the config. ``check_workload`` does the range and cross-fiel
 cannot express and raises ``WorkloadError`` naming the full dotted field, e.g.
 ``workload.input.sigma``. It does no file I/O; unreadable traces and length files are reported
 by ``build_requests`` with the same kind of error.
+
+Synthetic shared prefixes (``scenarios.prefixes``, ``scenarios.sessions``) are configured by
+``workload.system_prompt`` (shared system prompts), ``workload.multi_turn`` (conversations
+whose every turn re-sends the whole conversation so far) and ``workload.hash_block_tokens``
+(tokens named by one id of the ``hash_ids`` they produce).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from scenarios.errors import WorkloadError
 ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "empirical")
 THINK_TIME_DISTS = ("fixed", "exponential")
+POPULARITY = ("uniform", "zipf")
 
 
 @dataclass
@@ -39,6 +45,32 @@ class LengthConfig:
     # (column None: input_tokens or output_tokens, whichever this distribution is for).
     path: str | None = None
     column: str | None = None
+
+
+@dataclass
+class SystemPromptConfig:
+    """Shared system prompts: ``count`` distinct prompts of ``tokens`` tokens each. Every
+    request (every session, with ``multi_turn``) draws one, which precedes its own prompt."""
+
+    count: int = 0  # distinct system prompts; 0: none
+    tokens: int = 1024  # tokens of each system prompt
+    # which prompt a request draws: uniform, or zipf (P(k) ∝ (k + 1)^-zipf_exponent, k = 0..)
+    popularity: str = "uniform"
+    zipf_exponent: float = 1.0
+
+
+@dataclass
+class MultiTurnConfig:
+    """Multi-turn sessions: each turn's prompt is the whole conversation so far (previous
+    prompt + previous output) plus a new user message of ``workload.input`` tokens; a turn is
+    sent ``think_time_s`` after the previous one completed."""
+
+    enabled: bool = False
+    turns: LengthConfig = field(default_factory=lambda: LengthConfig(dist="fixed", value=1))
+    think_time_s: float = 0.0  # mean wait between a turn's completion and the next turn
+    think_time_dist: str = "fixed"  # fixed | exponential
+    # a session ends before a turn whose prompt would exceed this (null: never)
+    max_input_tokens: int | None = None
 
 
 @dataclass
@@ -69,6 +101,12 @@ class WorkloadConfig:
     output: LengthConfig = field(default_factory=LengthConfig)
     # request classes (scenarios.classes); empty: one class, no priorities or TTFT targets
     classes: list[RequestClassConfig] = field(default_factory=list)
+    # synthetic shared prefixes (not with arrival=trace, whose hash_ids come with the file)
+    system_prompt: SystemPromptConfig = field(default_factory=SystemPromptConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    # tokens named by one synthetic hash id: the simulator reads hash_ids at
+    # cluster.prefix_block_tokens per id, so the two must agree (the shipped YAMLs tie them)
+    hash_block_tokens: int = 512
 
 
 def _finite(x: Any) -> bool:
@@ -162,3 +200,32 @@ def check_workload(w: Any) -> None:
         check_length(w.input, "workload.input")
         check_length(w.output, "workload.output")
     check_classes(w.classes)
+    check_prefixes(w)
+
+
+def check_prefixes(w: Any) -> None:
+    """Range checks of the synthetic-prefix fields (``system_prompt``, ``multi_turn``,
+    ``hash_block_tokens``), checked whatever the arrival process; they may not be used with
+    trace replay."""
+    sp, mt = getattr(w, "system_prompt", None), getattr(w, "multi_turn", None)
+    if sp is None or mt is None:  # a config from before synthetic prefixes
+        return
+    _check_int_at_least("workload.system_prompt.count", sp.count, 0)
+    _check_int_at_least("workload.system_prompt.tokens", sp.tokens, 1)
+    _check_choice("workload.system_prompt.popularity", sp.popularity, POPULARITY)
+    _check_nonnegative("workload.system_prompt.zipf_exponent", sp.zipf_exponent)
+    if not isinstance(mt.enabled, bool):
+        raise WorkloadError("workload.multi_turn.enabled", mt.enabled, "true or false")
+    check_length(mt.turns, "workload.multi_turn.turns")
+    _check_nonnegative("workload.multi_turn.think_time_s", mt.think_time_s)
+    _check_choice("workload.multi_turn.think_time_dist", mt.think_time_dist, THINK_TIME_DISTS)
+    if mt.max_input_tokens is not None:
+        least = 1 + (sp.tokens if sp.count else 0)  # a system prompt and a 1-token message
+        _check_int_at_least("workload.multi_turn.max_input_tokens", mt.max_input_tokens, least)
+    _check_int_at_least("workload.hash_block_tokens", w.hash_block_tokens, 1)
+    if w.arrival == "trace":
+        for name, on in (("system_prompt.count", sp.count), ("multi_turn.enabled", mt.enabled)):
+            if on:
+                raise WorkloadError(f"workload.{name}", on, "0/false with arrival=trace (synthetic "
+                                    "prefixes need arrival poisson, gamma or closed_loop; a trace "
+                                    "brings its own hash_ids)")

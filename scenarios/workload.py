@@ -12,10 +12,12 @@ Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.Data
                                follow-ups (see below)
   ``input_tokens``    int64    >= 1, prompt tokens
   ``output_tokens``   int64    >= 1, tokens to generate
-  ``client``          int64    closed-loop client id; -1 for open loop (poisson, gamma, trace)
+  ``client``          int64    closed-loop client id (multi-turn: the session, or the user
+                               running sessions in closed loop); -1 for open loop
   ``think_time_s``    float64  closed loop: wait after the client's previous completion before
                                this request arrives; 0 for open loop and first requests
-  ``hash_ids``        object   tuple of ints (prefix-block hashes), only when the trace has it
+  ``hash_ids``        object   tuple of ints (prefix-block hashes), when the trace has it or
+                               with synthetic prefixes (``system_prompt``, ``multi_turn``)
   ``request_class``   object   class name (str), only when ``workload.classes`` is set
   ``priority``        int64    the class's priority, lower = more urgent (with classes)
   ``ttft_slo_ms``     float64  the class's TTFT target, inf when it has none (with classes)
@@ -28,12 +30,20 @@ Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.Data
   the completion time of the same client's previous row plus this row's ``think_time_s``.
 - Lengths come from ``workload.input``/``workload.output`` (or from the trace's columns for trace
   replay); ``workload.input_tokens``/``output_tokens``, when set, replace them for every row.
+- Synthetic prefixes: with ``system_prompt.count > 0`` each request's prompt is a drawn system
+  prompt followed by its own ``workload.input`` tokens (``scenarios.prefixes``); with
+  ``multi_turn.enabled`` rows are the turns of sessions, each prompt the conversation so far
+  plus a new message of ``workload.input`` tokens, released like closed-loop follow-ups
+  (``scenarios.sessions``). Either adds ``hash_ids``; the fixed-length overrides then set the
+  request's own message and output, not the whole prompt.
 - Randomness: arrival times and think times are drawn only from ``rng_arrivals``; lengths only
   from ``rng_lengths`` (input and output from two independent child streams of it). So the same
   lengths stream gives the same lengths under any arrival process with the same row count
   (common random numbers), and the same two seeds give an identical DataFrame. Classes are
   drawn from a further child stream of ``rng_lengths``, spawned after the lengths', so adding
-  classes changes neither arrivals nor lengths.
+  classes changes neither arrivals nor lengths. Synthetic prefixes draw the system prompt
+  choice and the turns per session from further children of ``rng_lengths`` (after the
+  lengths'), think times and session starts from ``rng_arrivals``.
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ from scenarios.classes import CLASS_COLUMNS, assign_classes
 from scenarios.config import check_workload
 from scenarios.errors import WorkloadError
 from scenarios.lengths import sample_lengths
+from scenarios.prefixes import add_system_prompts
+from scenarios.sessions import session_rows
 from scenarios.traces import read_trace, window_trace
 
 COLUMNS = ("arrival_time_s", "input_tokens", "output_tokens", "client", "think_time_s")
@@ -106,18 +118,31 @@ def _synthetic_rows(
     )
 
 
+def _multi_turn(w: Any) -> bool:
+    mt = getattr(w, "multi_turn", None)
+    return bool(mt is not None and mt.enabled)
+
+
+def _system_prompts(w: Any) -> int:
+    sp = getattr(w, "system_prompt", None)
+    return 0 if sp is None else int(sp.count)
+
+
 def build_requests(
     workload: Any, rng_arrivals: np.random.Generator, rng_lengths: np.random.Generator
 ) -> pd.DataFrame:
     """Build the request table of one run from a workload config (contract: module docstring)."""
     check_workload(workload)
+    multi_turn = _multi_turn(workload)
     if workload.arrival == "trace":
         rows = _trace_rows(workload)
+    elif multi_turn:  # applies the fixed-length overrides to each turn itself
+        rows = session_rows(workload, rng_arrivals, rng_lengths)
     else:
         rows = _synthetic_rows(workload, rng_arrivals, rng_lengths)
     for name in ("input_tokens", "output_tokens"):
         fixed = getattr(workload, name)
-        if fixed is not None:
+        if fixed is not None and not multi_turn:
             rows[name] = np.full(len(rows), int(fixed), dtype=np.int64)
         short = rows[name].to_numpy() < 1
         if short.any():
@@ -129,6 +154,8 @@ def build_requests(
                 f"windowing; lengths must be >= 1 (set workload.{name} to "
                 "override every request's length)",
             )
+    if not multi_turn and _system_prompts(workload):
+        rows = add_system_prompts(rows, workload, rng_lengths.spawn(1)[0])
     columns = [*COLUMNS, "hash_ids"] if "hash_ids" in rows else list(COLUMNS)
     if workload.classes:
         classes = assign_classes(workload.classes, len(rows), rng_lengths.spawn(1)[0])

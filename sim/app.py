@@ -85,13 +85,19 @@ def _progress_enabled(setting: str) -> bool:
 
 
 def log_memory_budgets(cfg) -> None:
-    """Log each pool's replica memory plan, from the function the replicas are sized by."""
+    """Log each pool's replica memory plan, from the function the replicas are sized by,
+    with the KV capacity the replicas use: ``kv_cache.num_gpu_blocks`` when it overrides
+    the memory-derived count (as ``sim.kv_cache.build_kv_cache`` sizes the cache)."""
+    override = cfg.kv_cache.num_gpu_blocks
     for pool, b in pool_memory_budgets(cfg).items():
+        blocks = b.num_gpu_blocks if override is None else int(override)
+        source = ("" if override is None else
+                  f" (kv_cache.num_gpu_blocks override; memory gives {b.num_gpu_blocks})")
         log.info("%s on %d×%d %s (tp × pp, %s pool): weights %.2f GiB/GPU, KV cache %.2f "
-                 "GiB/GPU → num_gpu_blocks=%d (block_size %d), max concurrent tokens %d",
+                 "GiB/GPU → num_gpu_blocks=%d%s (block_size %d), max concurrent tokens %d",
                  cfg.model.name, b.tensor_parallel_size, b.pipeline_parallel_size,
                  cfg.hardware.name, pool, b.weight_bytes / GIB, b.kv_cache_bytes / GIB,
-                 b.num_gpu_blocks, b.block_size, b.max_tokens)
+                 blocks, source, b.block_size, blocks * b.block_size)
 
 
 def run(cfg: DictConfig, outdir: Path) -> dict:

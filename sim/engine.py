@@ -6,6 +6,10 @@ follow-ups have a NaN arrival and are released ``think_time_s`` after the same c
 request ends; optional columns ``priority``, ``ttft_slo_ms`` and ``request_class`` carry request
 classes, and ``hash_ids`` prefix-block hashes) and returns ``Records``. It imports neither
 scenario readers nor analysis.
+
+Multi-turn sessions (``scenarios.sessions``) need nothing more: a session is a client whose
+first turn has an arrival time and whose later turns have NaN ones, so each turn is released
+its think time after the previous turn completes, as a closed-loop follow-up.
 """
 
 from __future__ import annotations

@@ -179,7 +179,13 @@ class TokenBudgetScheduler:
 
     def _preempt(self, rid: int) -> None:
         """Preempt a running request: swap its blocks to the host when the cache preempts by
-        swap and the host has room (it resumes where it was), else recompute."""
+        swap and the host has room (it resumes where it was), else recompute.
+
+        Every policy that preempts goes through here (vllm, edf, sarathi, trtllm's
+        MAX_UTILIZATION), so ``kv_cache.preemption=swap`` means the same for each; the
+        caller puts the victim back in its waiting queue, and its admission path swaps it
+        back in (``_swap_in``) before allocating. sglang's retraction does not: SGLang
+        retracts by recompute, so it recomputes whatever ``kv_cache.preemption`` says."""
         t = self.table
         dt = self.kv.swap_out(rid) if self.kv.swap is not None else None
         if dt is None:

@@ -4,11 +4,16 @@ Imitates ``SarathiScheduler._schedule`` of microsoft/sarathi-serve
 (``sarathi/core/scheduler/sarathi_scheduler.py``; Agrawal et al., "Taming Throughput-Latency
 Tradeoff in LLM Inference with Sarathi-Serve", OSDI 2024): running requests are taken in
 arrival order and every one whose prompt is done gets its decode token first — when the KV
-cache cannot hold it, the latest-arrived running request not yet visited is preempted by
-recompute (itself if none is left) — so decodes never stall behind a prefill. Then prompts in
+cache cannot hold it, the latest-arrived running request not yet visited is preempted (itself
+if none is left) — so decodes never stall behind a prefill. Preemption is the base class's
+``_preempt``: by recompute, or with ``kv_cache.preemption=swap`` by swapping the victim's
+blocks to host memory while there is room there; a swapped request is swapped back in when
+it is admitted again, before its blocks are allocated, and resumes where it was (the copies
+add ``Batch.swap_s`` to the step). Then prompts in
 progress and then waiting requests (FCFS, front first) get prefill chunks that fill what is
 left of ``chunk_size``, the step's whole token budget (decodes included). A waiting request is
-admitted only if the cache can hold its whole prompt, whose blocks it takes at admission
+admitted only if the cache can hold its whole prompt (for a swapped request: its swapped
+blocks and the rest of its tokens), whose blocks it takes at admission
 (Sarathi's block manager allocates the prompt up front), and only while fewer than
 ``max_num_seqs`` run. Unlike vLLM, admission goes on in a step that preempted.
 """
@@ -62,8 +67,10 @@ class SarathiScheduler(TokenBudgetScheduler):
             self.running = run[np.argsort(t.arrival[run], kind="stable")]
         ids, new = np.concatenate(ids), np.concatenate(new)
         if not len(ids):
-            return None
-        return Batch(ids, new, t.computed[ids], len(self.waiting))
+            return None  # a swap-out's copy time (if any) goes to the next batch
+        batch = Batch(ids, new, t.computed[ids], len(self.waiting))
+        batch.swap_s, self.swap_s = self.swap_s, 0.0
+        return batch
 
     def _decodes_with_preemption(self) -> tuple[np.ndarray, bool]:
         """Sarathi's running loop, one request at a time, when the cache is short of blocks:
@@ -81,8 +88,7 @@ class SarathiScheduler(TokenBudgetScheduler):
                 continue
             while kv.allocate(rid, int(t.computed[rid]), 1) is None:
                 victim = run.pop() if i < len(run) else rid
-                kv.free(victim)
-                t.preempt(victim)
+                self._preempt(victim)
                 self.waiting.appendleft(victim)
                 preempted = True
                 if victim == rid:
@@ -99,8 +105,11 @@ class SarathiScheduler(TokenBudgetScheduler):
         slots = self.max_num_seqs - len(self.running)
         while self.waiting and slots > 0 and room > 0:
             rid = self.waiting[0]
-            done = int(t.computed[rid])  # > 0 when its KV came from a prefill replica
+            # > 0 when its KV came from a prefill replica, or it was swapped out
+            done = int(t.computed[rid])
             n = int(t.num_tokens[rid]) - done
+            if kv.is_swapped(rid) and not self._swap_in(rid, n):
+                break
             if kv.allocate(rid, done, n) is None:  # the whole prompt's blocks, up front
                 break
             self.waiting.popleft()

@@ -12,7 +12,11 @@ scheduler (``capacity_scheduler_policy``) decides which requests may hold KV mem
 - ``MAX_UTILIZATION`` (``MaxUtilizationScheduler``): requests are admitted if the blocks of
   their next step fit; when a running request's next token does not fit, the last started
   request is paused (its KV freed, recomputed later from the front of the queue) until it
-  fits or the request itself was paused, and nothing new starts in that step.
+  fits or the request itself was paused, and nothing new starts in that step. Pausing is the
+  base class's ``_preempt``: with ``kv_cache.preemption=swap`` the paused request's blocks go
+  to host memory while there is room there (the vLLM v0-style swap this simulator models; it
+  is not a TensorRT-LLM option) and are swapped back in when it is admitted again, before
+  its blocks are allocated, so it resumes where it was (copies add ``Batch.swap_s``).
 
 A new request's prompt blocks are taken when it starts (``addSequence``). The micro-batch
 scheduler then fills ``max_num_batched_tokens`` (``max_num_tokens``) with every generation
@@ -87,8 +91,10 @@ class TrtllmScheduler(TokenBudgetScheduler):
                 new.append(np.array(chunks, np.int64))
         ids, new = np.concatenate(ids), np.concatenate(new)
         if not len(ids):
-            return None
-        return Batch(ids, new, t.computed[ids], len(self.waiting))
+            return None  # a swap-out's copy time (if any) goes to the next batch
+        batch = Batch(ids, new, t.computed[ids], len(self.waiting))
+        batch.swap_s, self.swap_s = self.swap_s, 0.0
+        return batch
 
     def _chunk(self, remaining: int, room: int) -> int:
         """Tokens of a context in this step: all of it if it fits, else (chunking on) what
@@ -113,7 +119,8 @@ class TrtllmScheduler(TokenBudgetScheduler):
         left = self._reserve_left() if self.no_evict else 0
         while self.waiting and slots > 0:
             rid = self.waiting[0]
-            done = int(t.computed[rid])  # > 0 when its KV came from a prefill replica
+            # > 0 when its KV came from a prefill replica, or it was swapped out
+            done = int(t.computed[rid])
             n = int(t.num_tokens[rid]) - done
             chunk = self._chunk(n, room)
             if chunk == 0:
@@ -123,6 +130,8 @@ class TrtllmScheduler(TokenBudgetScheduler):
                 if need > left:
                     break
                 left -= need
+            if kv.is_swapped(rid) and not self._swap_in(rid, n):
+                break
             if kv.allocate(rid, done, n) is None:  # the prompt's blocks, when it starts
                 break
             self.waiting.popleft()
@@ -146,8 +155,7 @@ class TrtllmScheduler(TokenBudgetScheduler):
             if t.num_tokens[rid] - t.computed[rid] == 1:
                 while kv.allocate(rid, int(t.computed[rid]), 1) is None:
                     victim = run.pop()
-                    kv.free(victim)
-                    t.preempt(victim)
+                    self._preempt(victim)
                     self.waiting.appendleft(victim)
                     paused = True
                     if victim == rid:

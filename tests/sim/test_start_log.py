@@ -1,0 +1,38 @@
+"""The start-of-run log line reports the KV capacity the replicas use."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from sim.app import log_memory_budgets
+from sim.builders import pool_memory_budgets
+
+
+def _blocks(caplog) -> list[int]:
+    return [int(m) for m in re.findall(r"num_gpu_blocks=(\d+)", caplog.text)]
+
+
+def test_log_prints_the_memory_derived_capacity(compose_cfg, caplog):
+    cfg = compose_cfg()
+    with caplog.at_level(logging.INFO, logger="sim"):
+        log_memory_budgets(cfg)
+    derived = pool_memory_budgets(cfg)["mixed"].num_gpu_blocks
+    assert _blocks(caplog) == [derived] and "override" not in caplog.text
+
+
+def test_log_prints_a_num_gpu_blocks_override(compose_cfg, caplog):
+    cfg = compose_cfg("kv_cache.num_gpu_blocks=1234")
+    with caplog.at_level(logging.INFO, logger="sim"):
+        log_memory_budgets(cfg)
+    derived = pool_memory_budgets(cfg)["mixed"].num_gpu_blocks
+    assert _blocks(caplog) == [1234]
+    assert f"override; memory gives {derived}" in caplog.text
+    assert "max concurrent tokens 19744" in caplog.text  # 1234 × 16
+
+
+def test_disaggregated_pools_log_the_override_each(compose_cfg, caplog):
+    cfg = compose_cfg("cluster=disagg", "kv_cache.num_gpu_blocks=777")
+    with caplog.at_level(logging.INFO, logger="sim"):
+        log_memory_budgets(cfg)
+    assert _blocks(caplog) == [777, 777]
