@@ -30,13 +30,14 @@ def _norm(hf_id: str) -> str:
 
 def model_index() -> dict[str, dict]:
     """``conf/model`` by normalized ``hf_id`` (lower case, without ``-Instruct``/``-FP8``):
-    ``{name, hf_id, num_experts}``."""
+    ``{name, hf_id, num_experts, dtype}`` (``dtype``: the checkpoint's weight dtype)."""
     out: dict[str, dict] = {}
     for path in sorted((Path(conf.__file__).parent / "model").glob("*.yaml")):
         doc = yaml.safe_load(path.read_text()) or {}
         if doc.get("hf_id"):
             out.setdefault(_norm(doc["hf_id"]), {"name": path.stem, "hf_id": doc["hf_id"],
-                                                 "num_experts": doc.get("num_experts") or 0})
+                                                 "num_experts": doc.get("num_experts") or 0,
+                                                 "dtype": doc.get("dtype", "bfloat16")})
     return out
 
 
@@ -59,10 +60,18 @@ def _quant(v) -> str | None:
     return None if pd.isna(v) or str(v).strip() == "" else str(v).strip().lower()
 
 
-def dtypes_of(row: dict, num_experts: int) -> tuple[str, str | None, str]:
+def dtypes_of(row: dict, num_experts: int, checkpoint: str = "bfloat16"
+              ) -> tuple[str, str | None, str]:
     """``(model.dtype, model.moe_dtype or None to keep the model's, reason)`` of a CSV row:
     fp8 → fp8, fp8_block (128×128 block scales) → fp8_block; bf16 or unset → bfloat16; 4-bit
-    weights are not modelled."""
+    weights are not modelled.
+
+    The rows' ``fp8`` label does not say whether scales are per tensor or per block. Routed
+    experts run the fused-MoE kernel of the checkpoint's own format, so an ``fp8`` row of a
+    block-scaled checkpoint (``checkpoint = fp8_block``, e.g. MiniMax-M2.5) gets block-scaled
+    experts; the dense GEMMs follow the row's label (per-tensor fp8), as the tables measured for
+    that label. (vLLM's measured block-scaled GEMM has a ~60 µs floor at small M that the rows'
+    own TPOT rules out for serving.)"""
     q = _quant(row.get("gemm_quant_mode")) or _quant(row.get("precision"))
     if q is None or q in BF16:
         dtype = "bfloat16"
@@ -75,6 +84,8 @@ def dtypes_of(row: dict, num_experts: int) -> tuple[str, str | None, str]:
     if not num_experts or mq is None:
         return dtype, None, ""
     if mq in FP8:
+        if mq == "fp8" and checkpoint == "fp8_block":
+            mq = "fp8_block"
         return dtype, "" if dtype == mq else mq, ""
     if mq in BF16:
         return dtype, "" if dtype == "bfloat16" else "bfloat16", ""
@@ -130,7 +141,8 @@ def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
             continue
         backend = str(row["backend"])
         reason = _reason(row, hardware, model)
-        dtype, moe_dtype, why = dtypes_of(row, model["num_experts"] if model else 0)
+        dtype, moe_dtype, why = dtypes_of(row, model["num_experts"] if model else 0,
+                                          model["dtype"] if model else "bfloat16")
         reason = reason or why
         notes = []
         if model and model["hf_id"] != row["model_path"]:

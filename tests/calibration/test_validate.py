@@ -35,8 +35,10 @@ def test_row_maps_to_config_overrides():
             moe_ep_size=4.0, silicon_data_source="s; silicon_concurrency=12"),
         row(id="c", backend="trtllm", model_path="Qwen/Qwen3-32B", precision="fp8",
             gemm_quant_mode="fp8"),
+        row(id="d", model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8",
+            gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size=4.0, moe_ep_size=4.0),
     ])
-    a, b, c = plan_rows(rows, "h100_sxm").to_dict("records")
+    a, b, c, d = plan_rows(rows, "h100_sxm").to_dict("records")
     assert a["reason"] == "" and a["model"] == "llama3_8b" and a["scheduler"] == "trtllm"
     assert {"model=llama3_8b", "backend=trtllm", "scheduler=trtllm", "model.dtype=bfloat16",
             "cluster.tensor_parallel_size=2", "workload.concurrency=4",
@@ -49,6 +51,8 @@ def test_row_maps_to_config_overrides():
     # FP8 KV cache under TensorRT-LLM's fp8 rows only
     assert "kv_cache.dtype=auto" in a["overrides"] and "kv_cache.dtype=auto" in b["overrides"]
     assert {"model.dtype=fp8", "kv_cache.dtype=fp8"} <= set(c["overrides"])
+    # a block-scaled checkpoint's experts stay block-scaled under an "fp8" row
+    assert {"model.dtype=fp8", "model.moe_dtype='fp8_block'"} <= set(d["overrides"])
 
 
 def test_unsupported_rows_get_reasons():
