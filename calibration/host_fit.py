@@ -125,14 +125,16 @@ def verify(fits: dict, table: pd.DataFrame, before: pd.DataFrame,
             for m in METRICS)), 6)
 
 
-def host_block(f: dict, fraction: float, seed: int, csv: str) -> dict:
-    """The ``host:`` block written into the calibrated file."""
+def host_block(f: dict, fraction: float, seed: int, csv: str, harness: str = "") -> dict:
+    """The ``host:`` block written into the calibrated file (``harness``: how the rows were
+    simulated, e.g. ``burst, 10 requests per client``)."""
     return {
         "overhead_ms": f["overhead_ms"], "per_seq_us": f["per_seq_us"], "fitted": True,
         "fitted_on": date.today().isoformat(),
         "method": "python -m calibration validate fit_host=true: scipy least_squares "
                   "(soft-L1) on relative TTFT and TPOT errors of closed-loop silicon rows",
         "data": Path(csv).name,
+        **({"harness": harness} if harness else {}),
         "split": f"{fraction:.0%} of the backend's (model, isl, osl, tp) groups held out, "
                  f"seed {seed}",
         "rows": {"train": len(f["train_ids"]), "held_out": len(f["held_out_ids"])},

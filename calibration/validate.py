@@ -382,7 +382,8 @@ def _fit_host(plans: pd.DataFrame, simulator: RowSimulator, cfg) -> tuple[dict, 
     for b, f in fits.items():
         if cfg.write_host:
             host_fit.write_host(files[b], host_fit.host_block(
-                f, cfg.held_out_fraction, cfg.seed, cfg.silicon_csv))
+                f, cfg.held_out_fraction, cfg.seed, cfg.silicon_csv,
+                f"{cfg.harness}, {cfg.requests_per_client} requests per client"))
             f["written_to"] = str(files[b])
     return fits, table
 
