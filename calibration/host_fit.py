@@ -86,8 +86,10 @@ def fit_host(rows: pd.DataFrame, current: tuple[float, float]) -> tuple[float, f
 def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, float]],
                  fraction: float, seed: int) -> dict:
     """Per backend: the fitted host values and the linear model's train and held-out errors.
-    ``table`` holds every row simulated with the ``current`` host values of its backend."""
-    done = table[table["pred_ttft_ms"].notna()].reset_index(drop=True)
+    ``table`` holds every row simulated with the ``current`` host values of its backend; only
+    aggregated rows enter (a disaggregated row's KV transfers make its schedule depend on step
+    durations, so the linear model would not be exact)."""
+    done = table[table["pred_ttft_ms"].notna() & (table["mode"] == "agg")].reset_index(drop=True)
     hold = held_out(done, fraction, seed)
     fits = {}
     for backend in sorted(done["backend"].unique()):

@@ -43,11 +43,19 @@ def model_index() -> dict[str, dict]:
 
 def concurrency_of(rows: pd.DataFrame) -> pd.Series:
     """Closed-loop clients per row: ``silicon_concurrency=N`` of ``silicon_data_source`` when
-    stated, else ``batch_size × attention_dp_size`` (missing DP counts as 1); 0 if neither."""
+    stated, else ``batch_size × attention_dp_size`` (missing DP counts as 1) for aggregated
+    rows and ``decode_batch_size × decode_num_workers × decode_attention_dp_size`` (what the
+    decode pool holds) for disaggregated ones; 0 if none of these."""
+    def col(name: str, fill: float = np.nan) -> pd.Series:
+        return rows.get(name, pd.Series(fill, index=rows.index)).astype(float).fillna(fill)
+
     src = rows.get("silicon_data_source", pd.Series("", index=rows.index)).astype(str)
     stated = src.str.extract(_CONCURRENCY)[0].astype(float)
-    dp = rows.get("attention_dp_size", pd.Series(1.0, index=rows.index)).fillna(1.0)
-    derived = rows.get("batch_size", pd.Series(np.nan, index=rows.index)).astype(float) * dp
+    derived = col("batch_size") * col("attention_dp_size", 1.0)
+    decode = col("decode_batch_size") * col("decode_num_workers", 1.0) * \
+        col("decode_attention_dp_size", 1.0)
+    mode = rows.get("mode", pd.Series("agg", index=rows.index))
+    derived = derived.where(mode != "disagg", decode)
     return stated.fillna(derived).fillna(0).round().astype(int)
 
 
@@ -107,10 +115,55 @@ def calibration_file(hardware: str, backend: str) -> Path:
         str(hw.get("calibration", hardware)) / f"{backend}.yaml"
 
 
+def layout_of(row: dict, hardware: str) -> tuple[dict, list[str], str]:
+    """A row's parallel layout: ``({tp, pp, ep, dp}, cluster overrides, reason)``.
+
+    Aggregated rows: one engine of ``tp_size × pp_size`` GPUs. Disaggregated rows
+    (``cluster=disagg``): ``prefill_num_workers`` engines of ``prefill_tp_size`` GPUs and
+    ``decode_num_workers`` of ``decode_tp_size``; the KV cache moves between them over the
+    NVLink when both pools fit in one node (``hardware.gpus_per_node``), else over the
+    inter-node network (``hardware.internode_bandwidth``). Attention data parallelism is not
+    modelled (the reason names it); the pools' expert parallelism must agree.
+    """
+    if row["mode"] == "agg":
+        tp, pp = _size(row.get("tp_size")), _size(row.get("pp_size"))
+        ep, dp = _size(row.get("moe_ep_size")), _size(row.get("attention_dp_size"))
+        return ({"tp": tp, "pp": pp, "ep": ep, "dp": dp},
+                [f"cluster.tensor_parallel_size={tp}", f"cluster.pipeline_parallel_size={pp}",
+                 f"cluster.expert_parallel_size={ep}", f"cluster.data_parallel_size={dp}"], "")
+    if row["mode"] != "disagg":
+        return {}, [], f"mode={row['mode']}: not agg or disagg"
+    pools = {p: {k: _size(row.get(f"{p}_{k}")) for k in
+                 ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_ep_size")}
+             for p in ("prefill", "decode")}
+    for p, v in pools.items():
+        if v["attention_dp_size"] > 1:
+            return {}, [], f"{p}_attention_dp_size={v['attention_dp_size']}: attention data " \
+                           "parallelism is not modelled"
+        if v["pp_size"] > 1:
+            return {}, [], f"{p}_pp_size={v['pp_size']}: pipeline parallelism inside a " \
+                           "disaggregated pool is not modelled"
+    if pools["prefill"]["moe_ep_size"] != pools["decode"]["moe_ep_size"]:
+        return {}, [], "prefill_moe_ep_size != decode_moe_ep_size: one expert layout for " \
+                       "both pools is modelled"
+    pf, dc = pools["prefill"], pools["decode"]
+    gpus = pf["num_workers"] * pf["tp_size"] + dc["num_workers"] * dc["tp_size"]
+    per_node = int((yaml.safe_load((Path(conf.__file__).parent / "hardware" /
+                                    f"{hardware}.yaml").read_text()) or {})
+                   .get("gpus_per_node", 8))
+    link = [] if gpus <= per_node else \
+        ["cluster.kv_transfer_bandwidth=${hardware.internode_bandwidth}"]
+    ep = pf["moe_ep_size"]
+    return ({"tp": dc["tp_size"], "pp": 1, "ep": ep, "dp": 1},
+            ["cluster=disagg", f"cluster.prefill_replicas={pf['num_workers']}",
+             f"cluster.decode_replicas={dc['num_workers']}",
+             f"cluster.tensor_parallel_size={dc['tp_size']}",
+             f"cluster.prefill_tensor_parallel_size={pf['tp_size']}",
+             f"cluster.decode_tensor_parallel_size={dc['tp_size']}",
+             f"cluster.expert_parallel_size={ep}", *link], "")
+
+
 def _reason(row: dict, hardware: str, model: dict | None) -> str:
-    if row["mode"] != "agg":
-        return f"mode={row['mode']}: only aggregated (agg) rows are mapped; disaggregated " \
-               "rows need per-pool parallel layouts and attention DP, not mapped yet"
     if str(row.get("system", hardware)) != hardware:
         return f"system={row['system']}: not hardware={hardware}"
     if row["backend"] not in BACKENDS:
@@ -150,18 +203,18 @@ def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
         scheduler = backend if backend in schedulers else "vllm"
         if scheduler != backend:
             notes.append(f"no {backend} scheduler: vllm's")
-        tp, pp = _size(row.get("tp_size")), _size(row.get("pp_size"))
-        ep, dp = _size(row.get("moe_ep_size")), _size(row.get("attention_dp_size"))
+        size, layout, why = layout_of(row, hardware)
+        reason = reason or why
+        tp, pp, ep, dp = (size.get(k, 1) for k in ("tp", "pp", "ep", "dp"))
         c, isl, osl = int(row["concurrency"]), int(row["isl"]), int(row["osl"])
         overrides = [] if reason else [
             f"model={model['name']}", f"hardware={hardware}", f"backend={backend}",
             f"scheduler={scheduler}", f"model.dtype={dtype}",
             f"kv_cache.dtype={kv_dtype_of(row, dtype)}",
             *([f"model.moe_dtype='{moe_dtype}'"] if moe_dtype is not None else []),
-            f"cluster.tensor_parallel_size={tp}", f"cluster.pipeline_parallel_size={pp}",
-            f"cluster.expert_parallel_size={ep}", f"cluster.data_parallel_size={dp}",
-            "workload=closed_loop", f"workload.concurrency={c}", f"workload.input_tokens={isl}",
-            f"workload.output_tokens={osl}", "workload.think_time_s=0", "slo=none",
+            *layout, "workload=closed_loop", f"workload.concurrency={c}",
+            f"workload.input_tokens={isl}", f"workload.output_tokens={osl}",
+            "workload.think_time_s=0", "slo=none",
             "plots=false", "progress=false"]
         plans.append({
             "id": row["id"], "model_path": row["model_path"], "backend": backend,

@@ -60,14 +60,31 @@ def test_unsupported_rows_get_reasons():
         row(id="fp4", model_path="openai/gpt-oss-120b", precision="fp4",
             gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"),
         row(id="unknown", model_path="acme/Nope-7B"),
-        row(id="disagg", mode="disagg"),
+        row(id="disagg", mode="disagg", decode_batch_size=4.0, decode_num_workers=1.0,
+            prefill_attention_dp_size=4.0),
         row(id="system", system="a100_sxm"),
     ])
     reasons = plan_rows(rows, "h100_sxm").set_index("id")["reason"]
     assert "nvfp4" in reasons["fp4"] and "not modelled" in reasons["fp4"]
     assert "no conf/model" in reasons["unknown"]
-    assert "mode=disagg" in reasons["disagg"]
+    assert "prefill_attention_dp_size=4" in reasons["disagg"]
     assert "system=a100_sxm" in reasons["system"]
+
+
+def test_disaggregated_row_maps_to_pools():
+    base = dict(mode="disagg", model_path="Qwen/Qwen3-32B", batch_size=np.nan,
+                prefill_num_workers=2.0, prefill_tp_size=1.0, decode_num_workers=1.0,
+                decode_tp_size=4.0, decode_batch_size=24.0, prefill_moe_ep_size=0.0,
+                decode_moe_ep_size=0.0)
+    near = row(id="near", **base)
+    far = row(id="far", **(base | {"prefill_num_workers": 6.0}))  # 6 + 4 GPUs: two nodes
+    a, b = plan_rows(pd.DataFrame([near, far]), "h100_sxm").to_dict("records")
+    assert a["reason"] == "" and a["concurrency"] == 24 and a["tp"] == 4
+    assert {"cluster=disagg", "cluster.prefill_replicas=2", "cluster.decode_replicas=1",
+            "cluster.prefill_tensor_parallel_size=1", "cluster.decode_tensor_parallel_size=4",
+            "cluster.expert_parallel_size=1"} <= set(a["overrides"])
+    assert not any("kv_transfer_bandwidth" in o for o in a["overrides"])
+    assert "cluster.kv_transfer_bandwidth=${hardware.internode_bandwidth}" in b["overrides"]
 
 
 def test_concurrency_prefers_stated_value():
