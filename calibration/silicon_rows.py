@@ -43,19 +43,16 @@ def model_index() -> dict[str, dict]:
 
 def concurrency_of(rows: pd.DataFrame) -> pd.Series:
     """Closed-loop clients per row: ``silicon_concurrency=N`` of ``silicon_data_source`` when
-    stated, else ``batch_size × attention_dp_size`` (missing DP counts as 1) for aggregated
-    rows and ``decode_batch_size × decode_num_workers × decode_attention_dp_size`` (what the
-    decode pool holds) for disaggregated ones; 0 if none of these."""
-    def col(name: str, fill: float = np.nan) -> pd.Series:
-        return rows.get(name, pd.Series(fill, index=rows.index)).astype(float).fillna(fill)
-
+    stated, else, for aggregated rows, ``batch_size × attention_dp_size`` (missing DP counts
+    as 1); 0 if neither. A disaggregated row's concurrency must be stated: its pools' batch
+    sizes do not give it (``decode_batch_size × decode_num_workers`` contradicts the measured
+    TPOT of the rows that lack it)."""
     src = rows.get("silicon_data_source", pd.Series("", index=rows.index)).astype(str)
     stated = src.str.extract(_CONCURRENCY)[0].astype(float)
-    derived = col("batch_size") * col("attention_dp_size", 1.0)
-    decode = col("decode_batch_size") * col("decode_num_workers", 1.0) * \
-        col("decode_attention_dp_size", 1.0)
+    dp = rows.get("attention_dp_size", pd.Series(1.0, index=rows.index)).fillna(1.0)
+    derived = rows.get("batch_size", pd.Series(np.nan, index=rows.index)).astype(float) * dp
     mode = rows.get("mode", pd.Series("agg", index=rows.index))
-    derived = derived.where(mode != "disagg", decode)
+    derived = derived.where(mode != "disagg")
     return stated.fillna(derived).fillna(0).round().astype(int)
 
 
@@ -173,6 +170,9 @@ def _reason(row: dict, hardware: str, model: dict | None) -> str:
                f"{calibration_file(hardware, row['backend']).name} for {hardware}"
     if model is None:
         return f"model_path={row['model_path']}: no conf/model/*.yaml with a matching hf_id"
+    if row["mode"] == "disagg" and row["concurrency"] < 1:
+        return "mode=disagg without silicon_concurrency in silicon_data_source: the clients' " \
+               "concurrency of a disaggregated row is not known"
     if row["concurrency"] < 1 or not row["isl"] >= 1 or not row["osl"] >= 1:
         return f"concurrency={row['concurrency']}, isl={row['isl']}, osl={row['osl']}: " \
                "must all be >= 1"

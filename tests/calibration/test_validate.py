@@ -60,19 +60,22 @@ def test_unsupported_rows_get_reasons():
         row(id="fp4", model_path="openai/gpt-oss-120b", precision="fp4",
             gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"),
         row(id="unknown", model_path="acme/Nope-7B"),
-        row(id="disagg", mode="disagg", decode_batch_size=4.0, decode_num_workers=1.0,
+        row(id="disagg", mode="disagg", silicon_data_source="s; silicon_concurrency=4",
             prefill_attention_dp_size=4.0),
+        row(id="disagg_c", mode="disagg", decode_batch_size=4.0, decode_num_workers=2.0),
         row(id="system", system="a100_sxm"),
     ])
     reasons = plan_rows(rows, "h100_sxm").set_index("id")["reason"]
     assert "nvfp4" in reasons["fp4"] and "not modelled" in reasons["fp4"]
     assert "no conf/model" in reasons["unknown"]
     assert "prefill_attention_dp_size=4" in reasons["disagg"]
+    assert "without silicon_concurrency" in reasons["disagg_c"]
     assert "system=a100_sxm" in reasons["system"]
 
 
 def test_disaggregated_row_maps_to_pools():
     base = dict(mode="disagg", model_path="Qwen/Qwen3-32B", batch_size=np.nan,
+                silicon_data_source="s; silicon_concurrency=24",
                 prefill_num_workers=2.0, prefill_tp_size=1.0, decode_num_workers=1.0,
                 decode_tp_size=4.0, decode_batch_size=24.0, prefill_moe_ep_size=0.0,
                 decode_moe_ep_size=0.0)
