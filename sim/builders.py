@@ -112,6 +112,22 @@ def pool_memory_budgets(cfg) -> dict[str, MemoryBudget]:
     return out
 
 
+def ignored_settings(cfg) -> list[str]:
+    """One line per ``kv_cache`` setting that ``cfg``'s scheduler does not use (logged as a
+    warning at the start of a run): prefix caching under a policy without a prefix cache,
+    preemption by swap under one that preempts by recompute only (sglang's retraction)."""
+    name, kv = cfg.scheduler.name, cfg.kv_cache
+    cls = SCHEDULERS[name]
+    out = []
+    if kv.prefix_caching and not cls.uses_prefix_cache:
+        out.append(f"kv_cache.prefix_caching=true is ignored: scheduler={name} does not use "
+                   "a prefix cache (every prompt is computed in full)")
+    if kv.preemption == "swap" and not cls.swaps:
+        out.append(f"kv_cache.preemption=swap is ignored: scheduler={name} preempts by "
+                   "recompute only")
+    return out
+
+
 def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaParts:
     """Validate the config, size the KV cache from memory, and wire scheduler and cost model."""
     cfg = plain(cfg)
@@ -120,16 +136,23 @@ def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaP
     ep = cfg.cluster.expert_parallel_size
     budget = replica_memory_budget(cfg)
     largest = int((table.prompt + table.max_output).max()) if table.size else 0
-    kv = build_kv_cache(cfg.kv_cache, cfg.hardware, budget, table.size,
+    cls = SCHEDULERS[cfg.scheduler.name]
+    kv_cfg = cfg.kv_cache
+    if kv_cfg.preemption == "swap" and not cls.swaps:  # ignored (``ignored_settings``)
+        kv_cfg = dataclasses.replace(kv_cfg, preemption="recompute")
+    if kv_cfg.prefix_caching and not cls.uses_prefix_cache:
+        kv_cfg = dataclasses.replace(kv_cfg, prefix_caching=False)
+    kv = build_kv_cache(kv_cfg, cfg.hardware, budget, table.size,
                         largest_request_tokens=largest)
-    scheduler = SCHEDULERS[cfg.scheduler.name](cfg.scheduler, table, kv, itl)
+    scheduler = cls(cfg.scheduler, table, kv, itl)
     max_model_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
     meta = {
         "parameters": parameter_count(cfg.model),
         "active_parameters": active_parameter_count(cfg.model),
         "num_gpu_blocks": kv.num_blocks + 1,  # kv_cache.num_gpu_blocks may override
         "block_size": budget.block_size,
-        "max_concurrent_tokens": budget.max_tokens,
+        # of the blocks the cache has (the override, if any), as app.log_memory_budgets
+        "max_concurrent_tokens": (kv.num_blocks + 1) * budget.block_size,
         # of the binding pipeline stage, whose blocks these are
         "kv_bytes_per_token": budget.block_bytes // budget.block_size,
         "state_bytes_per_request": budget.state_bytes_per_request,

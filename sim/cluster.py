@@ -19,6 +19,7 @@ failures ``(4, replica)``, so turning routing or failures on leaves the requests
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -26,7 +27,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.builders import ReplicaParts, build_replica_parts, plain
+from sim.builders import ReplicaParts, build_replica_parts, ignored_settings, plain
 from sim.config import check_cluster
 from sim.disagg import Disaggregation
 from sim.errors import ConfigError
@@ -36,6 +37,7 @@ from sim.routers import ROUTERS, PoolView, Router
 from sim.state import RUNNING, TOO_BIG_FOR_CACHE, TOO_LONG, TRANSFERRING, WAITING, RequestTable
 
 ROUTING_STREAM, FAULT_STREAM = 2, 4  # spawn keys under the run's SeedSequence
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -87,6 +89,8 @@ class Cluster:
             self.disagg = None
             self._pool("mixed", c.replicas, None, table, itl)
         self.refusal = self._refusals()
+        for line in ignored_settings(self.cfg):  # the config is valid by now
+            log.warning(line)
         if c.failure.mtbf_s is not None:
             for pool in self.pools:
                 for r in range(len(pool.replicas)):
@@ -103,7 +107,8 @@ class Cluster:
                 raise ConfigError(tp_field, e.value, e.expected) from None
             raise
         parts.kv.share_held(self.held)
-        parts.kv.set_prefix_source(self.hash_ids)
+        # the workload's ids name cluster.prefix_block_tokens tokens each (the router's unit)
+        parts.kv.set_prefix_source(self.hash_ids, self.cfg.cluster.prefix_block_tokens)
         return parts
 
     def _pool(self, name: str, size: int, tp: int | None, table: RequestTable,

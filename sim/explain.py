@@ -153,19 +153,23 @@ def memory_plan(cfg, context: int) -> dict:
     """Where one GPU's memory goes and how many sequences of ``context`` tokens fit at once.
 
     A sequence holds ceil(context / block_size) blocks plus its fixed state blocks; one of
-    ``num_gpu_blocks`` is vLLM's reserved null block. The engine also caps concurrency at
-    ``scheduler.max_num_seqs``.
+    ``num_gpu_blocks`` is vLLM's reserved null block. ``kv_cache.num_gpu_blocks`` overrides
+    the memory-derived count, as it sizes the simulated cache (``memory_num_gpu_blocks``
+    keeps the derived one). The engine also caps concurrency at ``scheduler.max_num_seqs``.
     """
     b = replica_memory_budget(cfg)
+    override = getattr(cfg.kv_cache, "num_gpu_blocks", None)
+    blocks = b.num_gpu_blocks if override is None else int(override)
     state_blocks = b.state_blocks_per_request
     per_seq = -(-context // b.block_size) + state_blocks
-    kv_limit = (b.num_gpu_blocks - 1) // per_seq
+    kv_limit = (blocks - 1) // per_seq
     return {
         "usable_gib": b.usable_bytes / memory.GIB, "weights_gib": b.weight_bytes / memory.GIB,
         "activations_gib": b.activation_bytes / memory.GIB,
         "other_gib": b.other_bytes / memory.GIB, "kv_cache_gib": b.kv_cache_bytes / memory.GIB,
-        "num_gpu_blocks": b.num_gpu_blocks, "block_size": b.block_size,
-        "max_tokens": b.max_tokens, "context": context, "blocks_per_seq": per_seq,
+        "num_gpu_blocks": blocks, "memory_num_gpu_blocks": b.num_gpu_blocks,
+        "override": override is not None, "block_size": b.block_size,
+        "max_tokens": blocks * b.block_size, "context": context, "blocks_per_seq": per_seq,
         "state_blocks_per_request": state_blocks, "kv_limited_seqs": kv_limit,
         "max_num_seqs": cfg.scheduler.max_num_seqs,
         "max_concurrent_seqs": min(kv_limit, cfg.scheduler.max_num_seqs),
@@ -225,8 +229,10 @@ def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict |
                   f"{plan['weights_gib']:.2f} weights + {plan['activations_gib']:.2f} "
                   f"activations + {plan['other_gib']:.2f} other + {plan['kv_cache_gib']:.2f} "
                   "KV cache",
-                  f"KV cache: {plan['num_gpu_blocks']:,} blocks of {plan['block_size']} tokens "
-                  f"= {plan['max_tokens']:,} tokens",
+                  f"KV cache: {plan['num_gpu_blocks']:,} blocks"
+                  + (f" (override; memory gives {plan['memory_num_gpu_blocks']:,})"
+                     if plan["override"] else "")
+                  + f" of {plan['block_size']} tokens = {plan['max_tokens']:,} tokens",
                   f"at context {plan['context']:,}: {plan['blocks_per_seq']} blocks per sequence"
                   f" -> {plan['kv_limited_seqs']:,} sequences fit; max concurrent "
                   f"{plan['max_concurrent_seqs']:,} (scheduler.max_num_seqs="

@@ -7,11 +7,14 @@ which physical block a request holds does not change any cost in this model. As 
 ``BlockPool``, one of the ``num_gpu_blocks`` is the reserved null block, so
 ``num_gpu_blocks − 1`` can hold tokens.
 
-With prefix caching (``sim.kv.prefix``) the leading full blocks of a prompt are named by
-chained hashes (``set_prefix_source``); ``match_prefix`` lets a request start from the cached
-blocks of its prefix, ``commit`` caches the blocks a step has filled, and a freed cached block
-stays cached until an allocation evicts it (LRU). ``free_blocks`` counts empty and free cached
-blocks alike: both can be handed out.
+With prefix caching (``sim.kv.prefix``) the full blocks a request's ``hash_ids`` name are
+named by chained hashes (``set_prefix_source``); ``match_prefix`` lets a request start from
+the cached blocks of its prompt, ``commit`` caches the blocks a step has filled, and a freed
+cached block stays cached until an allocation evicts it (LRU). ``free_blocks`` counts empty
+and free cached blocks alike: both can be handed out. Blocks of generated tokens are cached
+too, as far as the ids name them (vLLM v1 and SGLang hash them as well): a multi-turn
+session's ids name each turn's prompt and output, so the next turn, which repeats both, hits
+them; a trace's ids (Mooncake) name the prompt only, so its hits stay within prompts.
 
 The per-request count ``held`` can be one array shared by every replica of a run
 (``share_held``): a request is on one replica at a time, and a cluster of 64 replicas must
@@ -181,7 +184,7 @@ class PagedKVCache:
         hits or they do not fit."""
         if self.held[rid]:
             return 0
-        hashes = self._prompt_hashes(rid, num_tokens)
+        hashes = self._block_hashes(rid)
         if hashes is None:
             return 0
         if len(hashes):
@@ -203,15 +206,16 @@ class PagedKVCache:
 
     def prefix_hit_tokens(self, rid: int, num_tokens: int) -> int:
         """Tokens ``match_prefix`` would serve from the cache now, touching nothing."""
-        hashes = self._prompt_hashes(rid, num_tokens)
+        hashes = self._block_hashes(rid)
         if hashes is None:
             return 0
         return self.prefix.match(hashes, (int(num_tokens) - 1) // self.block_size) * \
             self.block_size
 
-    def _prompt_hashes(self, rid: int, num_tokens: int) -> list[int] | None:
-        """The chained block hashes of ``rid``'s prompt (computed once), or None when prefix
-        caching is off or the request carries no hash ids."""
+    def _block_hashes(self, rid: int) -> list[int] | None:
+        """The chained hashes of every full block ``rid``'s ids name (computed once), or None
+        when prefix caching is off or the request carries no hash ids. Past the prompt they
+        name its generated tokens; a hit is capped by the prompt (``match_prefix``)."""
         if self.prefix is None or self._hash_ids is None:
             return None
         ids = self._hash_ids[rid]
@@ -219,7 +223,8 @@ class PagedKVCache:
             return None
         hashes = self._hashes.get(rid)
         if hashes is None:
-            hashes = block_hashes(ids, int(num_tokens), self._trace_block, self.block_size)
+            g = self._trace_block
+            hashes = block_hashes(ids, len(ids) * g, g, self.block_size)
             self._hashes[rid] = hashes
         return hashes
 
@@ -246,24 +251,29 @@ class PagedKVCache:
         refs = self.prefix.refs
         return sum(1 for h in hashes if refs[h] == 0)
 
-    def commit(self, computed: np.ndarray) -> None:
-        """Cache the full prompt blocks that requests of this cache have computed by now
-        (``computed``: the request table's column), as vLLM caches blocks as they fill."""
-        if not self._pending:
+    def commit(self, computed: np.ndarray, rids=None) -> None:
+        """Cache the full named blocks that requests of this cache have computed by now
+        (``computed``: the request table's column), as vLLM caches blocks as they fill;
+        ``rids``: only these requests (those whose ``computed`` crossed a block boundary)."""
+        pending = self._pending
+        if not pending:
             return
-        bs, pool = self.block_size, self.prefix
-        for rid in list(self._pending):
-            hashes = self._hashes[rid]
-            ref = self._ref.get(rid, 0)
-            n = min(len(hashes), int(computed[rid]) // bs, int(self.held[rid]))
-            for h in hashes[ref:n]:
-                # a block computed twice at once: keep the cached copy, free our own
-                if not pool.insert(h):
-                    self.free_blocks += 1 if pool.refs[h] > 1 else 0
+        rids = np.fromiter(pending, np.int64, len(pending)) if rids is None else \
+            np.atleast_1d(rids)
+        filled = np.minimum(computed[rids] // self.block_size, self.held[rids])
+        pool, all_hashes, refs = self.prefix, self._hashes, self._ref
+        for rid, n in zip(rids.tolist(), filled.tolist(), strict=True):
+            if rid not in pending:
+                continue
+            hashes = all_hashes[rid]
+            n = min(n, len(hashes))
+            ref = refs.get(rid, 0)
             if n > ref:
-                self._ref[rid] = n
+                # a block computed twice at once: keep the cached copy, free our own
+                self.free_blocks += pool.insert_many(hashes[ref:n])
+                refs[rid] = n
             if n == len(hashes):
-                self._pending.discard(rid)
+                pending.discard(rid)
 
     @property
     def cached_blocks(self) -> int:

@@ -94,6 +94,23 @@ class PrefixPool:
         self.refs[h] = r + 1
         return False
 
+    def insert_many(self, hashes: list[int]) -> int:
+        """``insert`` each of ``hashes``; how many were cached already and referenced by
+        another request too (then the caller's own copy is surplus)."""
+        refs, lru = self.refs, self.lru
+        surplus = 0
+        for h in hashes:
+            r = refs.get(h)
+            if r is None:
+                refs[h] = 1
+                continue
+            if r == 0:
+                del lru[h]
+            else:
+                surplus += 1
+            refs[h] = r + 1
+        return surplus
+
     def release(self, hashes: list[int]) -> int:
         """Drop one reference to each of ``hashes``; the count that became free. The last
         block of a prefix is queued first, so a prefix is evicted from its tail inwards."""

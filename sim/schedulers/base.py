@@ -52,8 +52,15 @@ class TokenBudgetScheduler:
     """Base of schedulers that give each request some new tokens per step.
 
     Holds the waiting queue (FIFO of request ids), the running list (admission order) and
-    the shared ``update`` logic; subclasses implement ``schedule``.
+    the shared ``update`` logic; subclasses implement ``schedule``. ``uses_prefix_cache`` and
+    ``swaps`` say whether the policy reuses cached prefix blocks (``kv_cache.prefix_caching``)
+    and whether its preemptions go through ``_preempt`` (so swap with
+    ``kv_cache.preemption=swap``); where not, the run logs that the setting is ignored
+    (``sim.builders.ignored_settings``) and the cache is built without it.
     """
+
+    uses_prefix_cache = True
+    swaps = True
 
     def __init__(self, table: RequestTable, kv: PagedKVCache, itl: LogHistogram) -> None:
         self.table, self.kv, self.itl = table, kv, itl
@@ -80,7 +87,7 @@ class TokenBudgetScheduler:
         """Apply a finished step at ``now``; returns the ids of requests that completed."""
         t, ids = self.table, batch.ids
         t.computed[ids] += batch.new_tokens
-        self.kv.commit(t.computed)
+        self._commit(ids, batch.new_tokens)
         emit = ids[t.computed[ids] == t.num_tokens[ids]]
         if not len(emit):
             return emit
@@ -96,6 +103,19 @@ class TokenBudgetScheduler:
             self.itl.add(now - t.last_token[later])
         t.last_token[emit] = now
         return self._finish(emit[gen >= t.max_output[emit]], now)
+
+    def _commit(self, ids: np.ndarray, new) -> None:
+        """Cache the blocks that the last ``new`` tokens of ``ids`` (now computed) filled:
+        only requests whose ``computed`` crossed a block boundary can have filled one."""
+        kv = self.kv
+        if kv.prefix is None:
+            return
+        computed = self.table.computed
+        c = computed[ids]
+        bs = kv.block_size
+        crossed = ids[c // bs > (c - new) // bs]
+        if len(crossed):
+            kv.commit(computed, crossed)
 
     def _finish(self, done: np.ndarray, now: float) -> np.ndarray:
         if len(done):
@@ -164,6 +184,7 @@ class TokenBudgetScheduler:
         if not self.kv.allocate_all(ids, batch.context_tokens, np.full(len(ids), k)):
             raise AssertionError("decode window overran the KV cache")
         t.computed[ids] += k
+        self._commit(ids, k)  # the blocks filled in the window, as ``update`` caches them
         t.num_tokens[ids] += k
         gen = t.generated[ids] + k
         t.generated[ids] = gen

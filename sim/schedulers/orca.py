@@ -9,7 +9,8 @@ requests taken in arrival order while the batch has fewer than ``max_num_seqs`` 
 it first schedules it (``n_rsrv + max_tokens ≤ n_slots``), so it never runs out of memory and
 never preempts: here the blocks of prompt plus maximum output are allocated at admission. The
 whole prompts of one iteration must also fit in ``max_num_batched_tokens`` (FCFS: the first
-that does not stops admission).
+that does not stops admission). Orca predates prefix caching: ``kv_cache.prefix_caching`` is
+ignored (the run logs a warning).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from sim.state import RequestTable
 
 class OrcaScheduler(TokenBudgetScheduler):
     """Running requests decode; new requests join with their whole prompt, KV reserved."""
+
+    uses_prefix_cache = False
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:

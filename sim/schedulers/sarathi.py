@@ -15,7 +15,10 @@ left of ``chunk_size``, the step's whole token budget (decodes included). A wait
 admitted only if the cache can hold its whole prompt (for a swapped request: its swapped
 blocks and the rest of its tokens), whose blocks it takes at admission
 (Sarathi's block manager allocates the prompt up front), and only while fewer than
-``max_num_seqs`` run. Unlike vLLM, admission goes on in a step that preempted.
+``max_num_seqs`` run. Unlike vLLM, admission goes on in a step that preempted. With
+``kv_cache.prefix_caching`` a new request starts from the cached blocks of its prefix, as
+vLLM's (Sarathi-Serve is built on vLLM): it references them, allocates the rest of its
+prompt, and its prefill skips the cached tokens.
 """
 
 from __future__ import annotations
@@ -105,15 +108,19 @@ class SarathiScheduler(TokenBudgetScheduler):
         slots = self.max_num_seqs - len(self.running)
         while self.waiting and slots > 0 and room > 0:
             rid = self.waiting[0]
-            # > 0 when its KV came from a prefill replica, or it was swapped out
+            swapped = kv.is_swapped(rid)
+            hit = 0 if swapped else self._match_prefix(rid)
+            # > 0 when its KV came from a prefill replica or the prefix cache, or it was
+            # swapped out
             done = int(t.computed[rid])
             n = int(t.num_tokens[rid]) - done
-            if kv.is_swapped(rid) and not self._swap_in(rid, n):
+            if swapped and not self._swap_in(rid, n):
                 break
             if kv.allocate(rid, done, n) is None:  # the whole prompt's blocks, up front
+                self._unmatch(rid, hit)
                 break
             self.waiting.popleft()
-            self._admit(rid, now)
+            self._admit(rid, now, hit)
             admitted.append(rid)
             chunks.append(min(n, room))
             room -= chunks[-1]

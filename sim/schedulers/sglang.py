@@ -25,10 +25,15 @@ Imitates ``python/sglang/srt/managers/scheduler.py`` (``get_next_batch_to_run``,
   ``new_token_ratio`` becomes ``min(1, (Σ generated + 20 × remaining) / (Σ max_new + 1))``
   (``SGLANG_RETRACT_DECODE_STEPS`` = 20).
 
+Retraction is always by recompute (SGLang has no swap): ``kv_cache.preemption=swap`` is
+ignored, and the run logs a warning saying so.
+
 Not modelled: SGLang's in-batch prefix deprioritisation, the page size (one block is a page),
-and retraction into the radix cache (a retracted request's committed prompt blocks stay cached
-here). An empty server admits the head request even if its reservation exceeds the cache, as
-the cluster only routes requests that fit alone.
+and retraction into the radix cache (a retracted request's committed blocks stay cached
+here). A prefix hit's free cached blocks, which the hit locks, and a continued chunk's tokens
+come out of the tokens left for new requests, as SGLang's ``PrefillAdder`` counts them. An
+empty server admits the head request even if its reservation exceeds the cache, as the
+cluster only routes requests that fit alone.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ LPM_MAX_QUEUE = 128  # above this many waiting requests, FCFS
 
 class SglangScheduler(TokenBudgetScheduler):
     """Prefill-first batching with decode-token reservation and retraction (SGLang)."""
+
+    swaps = False  # retraction is by recompute
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:
@@ -95,6 +102,7 @@ class SglangScheduler(TokenBudgetScheduler):
             if kv.allocate(rid, int(t.computed[rid]), n) is None:
                 return None
             ids.append(rid), new.append(n), ctx.append(int(t.computed[rid]))
+            rem_total -= n  # as add_chunked_req's budget update: the chunk's tokens are taken
             rem_input -= n
             rem_chunk -= n
         admitted = []
@@ -105,12 +113,16 @@ class SglangScheduler(TokenBudgetScheduler):
                 break
             if rem_input <= 0 or rem_chunk <= 0:
                 break
+            free = kv.free_blocks
             hit = self._match_prefix(rid)
+            # free cached blocks the hit now holds are no longer evictable (SGLang's
+            # inc_lock_ref shrinks the evictable size): they come out of rem_total too
+            locked = (free - kv.free_blocks) * kv.block_size
             extend = int(t.num_tokens[rid] - t.computed[rid])
             max_new = min(int(t.max_output[rid] - t.generated[rid]), CLIP_MAX_NEW_TOKENS)
             # an empty server takes the head whatever its reservation (it fits alone, and
             # would otherwise wait forever)
-            if extend + max_new >= rem_total and (len(self.running) or ids):
+            if extend + max_new + locked >= rem_total and (len(self.running) or ids):
                 self._unmatch(rid, hit)
                 break
             n = min(extend, rem_chunk)
@@ -124,7 +136,7 @@ class SglangScheduler(TokenBudgetScheduler):
             self._admit(rid, now, hit)
             admitted.append(rid)
             ids.append(rid), new.append(n), ctx.append(int(t.computed[rid]))
-            rem_total -= extend + max_new
+            rem_total -= extend + max_new + locked
             rem_input -= n
             rem_chunk -= n
             if n < extend:

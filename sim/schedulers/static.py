@@ -15,7 +15,8 @@ maximum output (blocks are allocated for the whole request at formation, so noth
 preempted). The cost model prices the padded shape (``PaddedBatch.cost_shape``): every row of
 the batch, each as long as the longest prompt plus the tokens generated so far. Records and
 the timeline count only real tokens. Fast-forward is off for this policy (the replica's decode
-window prices unpadded contexts).
+window prices unpadded contexts). Like the engines it imitates, it has no prefix cache:
+``kv_cache.prefix_caching`` is ignored (the run logs a warning). Nothing is ever preempted.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class PaddedBatch(Batch):
 
 class StaticScheduler(TokenBudgetScheduler):
     """Forms a padded batch when the previous one has finished and runs it to completion."""
+
+    uses_prefix_cache = False
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:

@@ -26,6 +26,11 @@ by the budget is rounded down to a multiple of the KV block size (the chunk unit
 budget when that is smaller than a block, where TensorRT-LLM would never schedule it). Without
 chunking a context that does not fit whole stops admission. ``max_num_seqs`` is
 ``max_batch_size``.
+
+With ``kv_cache.prefix_caching`` (TensorRT-LLM's KV cache block reuse,
+``enable_block_reuse``, on by default in recent versions) a new request starts from the cached
+blocks of its prefix: it references them, its context is only the rest of its prompt, and
+GUARANTEED_NO_EVICT reserves only the blocks it does not share (and its state blocks).
 """
 
 from __future__ import annotations
@@ -119,23 +124,34 @@ class TrtllmScheduler(TokenBudgetScheduler):
         left = self._reserve_left() if self.no_evict else 0
         while self.waiting and slots > 0:
             rid = self.waiting[0]
-            # > 0 when its KV came from a prefill replica, or it was swapped out
+            swapped = kv.is_swapped(rid)
+            free = kv.free_blocks
+            hit = 0 if swapped else self._match_prefix(rid)
+            taken = free - kv.free_blocks  # cached blocks (and state) the hit took from free
+            # > 0 when its KV came from a prefill replica or the prefix cache, or it was
+            # swapped out
             done = int(t.computed[rid])
             n = int(t.num_tokens[rid]) - done
             chunk = self._chunk(n, room)
+            if self.no_evict and chunk:
+                # its blocks still to come, those the hit took, and its state blocks if no
+                # hit took them
+                held = int(kv.held[rid])
+                need = int(self.full_blocks(rid)) - held + taken + \
+                    (kv.state_blocks if not held else 0)
+                chunk = chunk if need <= left else 0
             if chunk == 0:
+                self._unmatch(rid, hit)
                 break
             if self.no_evict:
-                need = int(self.full_blocks(rid) - kv.held[rid])
-                if need > left:
-                    break
                 left -= need
-            if kv.is_swapped(rid) and not self._swap_in(rid, n):
+            if swapped and not self._swap_in(rid, n):
                 break
             if kv.allocate(rid, done, n) is None:  # the prompt's blocks, when it starts
+                self._unmatch(rid, hit)
                 break
             self.waiting.popleft()
-            self._admit(rid, now)
+            self._admit(rid, now, hit)
             admitted.append(rid)
             chunks.append(chunk)
             room -= chunk

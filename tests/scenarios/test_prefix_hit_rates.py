@@ -69,22 +69,54 @@ def test_hash_blocks_finer_than_kv_blocks_share_up_to_the_last_whole_kv_block():
         assert sum(x == y for x, y in zip(a, b, strict=False)) == shared // 16
 
 
+@pytest.mark.parametrize("cluster", ["single", "disagg"])
+def test_prefix_block_tokens_reach_the_kv_cache_end_to_end(cluster):
+    """``cluster.prefix_block_tokens=16`` (the workload's ids follow it): a 1000-token system
+    prompt shares its 62 whole 16-token blocks (992 tokens) through ``simulate``; read as
+    512-token ids, the first id alone would cover 512 tokens and the shared ids far more."""
+    extra = ("cluster.prefill_replicas=1", "cluster.decode_replicas=1") \
+        if cluster == "disagg" else ()
+    cfg = config(f"cluster={cluster}", *extra, "cluster.prefix_block_tokens=16",
+                 "workload=system_prompt", "workload.system_prompt.count=1",
+                 "workload.system_prompt.tokens=1000", "workload.num_requests=6",
+                 "workload.rate=0.5", "workload.output.value=4")
+    assert cfg.workload.hash_block_tokens == 16
+    req = requests_for_seed(cfg.workload, 0)
+    rec = simulate(cfg, req).requests
+    assert (rec["status"] == "completed").all()
+    np.testing.assert_array_equal(rec["cached_tokens"].to_numpy(), [0] + [992] * 5)
+
+
 def test_multi_turn_hit_rate_on_an_unbounded_cache_is_the_repeated_prompt_share():
-    """Each turn re-sends the previous turn's prompt, whose full KV blocks the cache holds:
-    turn t hits ⌊P(t-1)/16⌋·16 tokens (the KV of generated tokens is not cached, see
-    ``sim.kv_cache``), a session's first turn nothing."""
+    """Each turn re-sends the previous turn's prompt and answer, whose computed full KV
+    blocks the cache holds (generated tokens' blocks too, as vLLM v1 and SGLang cache them):
+    turn t hits ⌊(P + O − 1)(t-1)/16⌋·16 tokens (the last output token is sampled, never
+    computed), a session's first turn nothing."""
     cfg = config("workload=multi_turn", "workload.num_requests=200", "workload.rate=1")
     req = requests_for_seed(cfg.workload, 3)
     rec = simulate(cfg, req).requests
-    p = req["input_tokens"].to_numpy()
+    p, o = req["input_tokens"].to_numpy(), req["output_tokens"].to_numpy()
     session = req["client"].to_numpy()
     follow = np.r_[False, session[1:] == session[:-1]]
     expected = np.zeros(len(p), np.int64)
-    expected[follow] = p[:-1][follow[1:]] // 16 * 16
+    expected[follow] = (p + o - 1)[:-1][follow[1:]] // 16 * 16
     assert follow.sum() > 50
     np.testing.assert_array_equal(rec["cached_tokens"].to_numpy(), expected)
     hit = rec["cached_tokens"].sum() / rec["input_tokens"].sum()
-    assert hit == pytest.approx(expected.sum() / p.sum()) and 0.2 < hit < 0.6
+    assert hit == pytest.approx(expected.sum() / p.sum()) and 0.5 < hit < 0.9
+
+
+def test_multi_turn_fast_forward_is_exact_with_generated_blocks_cached():
+    """Decode windows commit the blocks they fill as stepping does: same hits and times
+    on a cache small enough to evict (and preempt)."""
+    runs = [simulate(cfg, requests_for_seed(cfg.workload, 2)).requests for cfg in (
+        config("workload=multi_turn", "workload.num_requests=150", "workload.rate=3",
+               "kv_cache.num_gpu_blocks=400", f"fast_forward={ff}") for ff in (True, False))]
+    a, b = runs
+    assert a["cached_tokens"].sum() > 0
+    np.testing.assert_array_equal(a["cached_tokens"], b["cached_tokens"])
+    np.testing.assert_allclose(a["first_token_s"], b["first_token_s"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(a["completion_s"], b["completion_s"], rtol=0, atol=1e-9)
 
 
 def test_multi_turn_next_turn_arrives_think_time_after_the_previous_completes():

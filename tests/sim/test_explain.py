@@ -108,6 +108,24 @@ def test_memory_plan_of_llama8b_on_h100(compose_cfg):
         plan["usable_gib"] - plan["weights_gib"] - plan["activations_gib"] - plan["other_gib"])
 
 
+def test_memory_plan_uses_a_num_gpu_blocks_override(compose_cfg, capsys):
+    """``kv_cache.num_gpu_blocks`` sizes the simulated cache, so the plan counts with it and
+    says so, next to what memory alone would give."""
+    cfg = plain(compose_cfg("model=llama3_8b", "hardware=h100_sxm",
+                            "kv_cache.num_gpu_blocks=1000"))
+    plan = memory_plan(cfg, 2048)
+    derived = replica_memory_budget(cfg).num_gpu_blocks
+    assert plan["num_gpu_blocks"] == 1000 and plan["memory_num_gpu_blocks"] == derived > 1000
+    assert plan["max_tokens"] == 16_000 and plan["kv_limited_seqs"] == 999 // 128
+    assert main(["model=llama3_8b", "hardware=h100_sxm", "kv_cache.num_gpu_blocks=1000",
+                 "batch=decode:4x100", "chart=none"]) == 0
+    out = capsys.readouterr().out
+    assert (f"KV cache: 1,000 blocks (override; memory gives {derived:,}) of 16 tokens = "
+            "16,000 tokens") in out
+    assert memory_plan(plain(compose_cfg("model=llama3_8b", "hardware=h100_sxm")),
+                       2048)["num_gpu_blocks"] == derived
+
+
 def test_fixed_state_is_reported_and_budgeted(compose_cfg, capsys):
     """A model with sliding-window layers (gpt-oss) holds a fixed per-request state: explain
     shows it and counts its blocks per sequence on top of the growing KV blocks."""

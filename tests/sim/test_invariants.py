@@ -81,6 +81,9 @@ def scenario(draw):
                       chunked=draw(st.booleans()),
                       threshold=draw(st.sampled_from([0, 0, 1, 7, 64])),
                       **draw(policy(budget)))
+    # swap preemption under every scheduler (sglang ignores it; static, dynamic and orca
+    # never preempt)
+    cfg.kv_cache.preemption = draw(st.sampled_from(["recompute", "swap"]))
     rate = draw(st.floats(0.5, 500))
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     closed = draw(st.booleans())
@@ -196,9 +199,6 @@ def cluster_scenario(draw):
 
     cfg, req = draw(scenario())
     mtbf = draw(st.sampled_from([None, 0.5, 3.0]))
-    # A decode replica receives requests whose prompt KV is already there (computed =
-    # prompt − 1, as vLLM's P/D connector sets it); sarathi and trtllm still admit a waiting
-    # request as if nothing of it were computed, so they are left out of disaggregation here.
     disagg = draw(st.booleans())
     cfg.cluster = ClusterConfig(
         replicas=draw(st.integers(1, 4)), router=draw(st.sampled_from(sorted(ROUTERS))),
@@ -212,6 +212,7 @@ def cluster_scenario(draw):
         family = np.random.default_rng(cfg.seed).integers(0, 3, len(req))
         req["hash_ids"] = [tuple(range(100 * f, 100 * f + n // 4))
                            for f, n in zip(family, req["input_tokens"], strict=True)]
+        cfg.kv_cache.prefix_caching = draw(st.booleans())  # hits under every scheduler
     return cfg, req
 
 

@@ -13,8 +13,8 @@ from sim.config import SchedulerConfig
 from sim.kv.prefix import PrefixPool, block_hashes
 from sim.kv_cache import PagedKVCache
 from sim.records import LogHistogram
-from sim.schedulers.vllm import VllmScheduler
-from sim.state import RequestTable
+from sim.schedulers import SCHEDULERS
+from sim.state import FINISHED, RequestTable
 
 TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / \
     "mooncake_conversation.csv"
@@ -59,6 +59,10 @@ def test_pool_reference_counts_and_lru_order():
     assert pool.touch([1]) == 1 and list(pool.lru) == [3, 2]
     assert not pool.insert(2) and list(pool.lru) == [3]
     assert pool.evict(1) == [3] and pool.match([1, 2, 3], 3) == 2
+    assert pool.release([1]) == 1 and list(pool.lru) == [1] and pool.refs == {1: 0, 2: 1}
+    # 1 is free (revived, not surplus), 2 referenced (surplus), 5 new
+    assert pool.insert_many([1, 2, 5]) == 1
+    assert pool.refs == {1: 1, 2: 2, 5: 1} and not pool.lru
 
 
 def test_hit_skips_whole_blocks_but_never_the_last_token():
@@ -145,11 +149,11 @@ def test_mooncake_hit_rate_rises_with_cache_size_up_to_the_trace_limit():
     assert rates[-1] > 0.9 * ideal / prompts.sum()
 
 
-def _sched(prompts, outputs, hash_ids, num_blocks, block_size=16, **cfg):
+def _sched(prompts, outputs, hash_ids, num_blocks, block_size=16, name="vllm", **cfg):
     t = RequestTable(np.zeros(len(prompts)), np.array(prompts), np.array(outputs))
     kv = PagedKVCache(num_blocks + 1, block_size, len(prompts), prefix_caching=True)
     kv.set_prefix_source(np.array(hash_ids, dtype=object), trace_block=block_size)
-    return VllmScheduler(SchedulerConfig(**cfg), t, kv, LogHistogram()), t, kv
+    return SCHEDULERS[name](SchedulerConfig(name=name, **cfg), t, kv, LogHistogram()), t, kv
 
 
 def test_vllm_admission_starts_a_request_at_its_cached_prefix():
@@ -165,16 +169,59 @@ def test_vllm_admission_starts_a_request_at_its_cached_prefix():
     check_blocks(kv, [0, 1])
 
 
+def _serve(s, now: float = 0.0) -> float:
+    while (b := s.schedule(now)) is not None:
+        now += 1.0
+        s.update(b, now)
+    return now
+
+
+@pytest.mark.parametrize("fast_forward", [False, True])
+def test_generated_blocks_are_cached_as_far_as_the_ids_name_them(fast_forward):
+    """Ids naming prompt and output (a multi-turn turn) cache the output's full blocks, so
+    the next turn hits (P + O − 1) // bs blocks; ids naming the prompt only (a trace) cache
+    the prompt's."""
+    # request 0: 8-token prompt, 8 outputs, ids (1..4) name all 16 tokens; request 1 repeats
+    # them and adds 4 tokens; request 2 names only request 0's prompt blocks (1, 2)
+    s, t, kv = _sched([8, 20, 20], [8, 2, 2], [(1, 2, 3, 4), (1, 2, 3, 4, 5), (1, 2, 6, 7, 8)],
+                      100, block_size=4)
+    s.add_request(0)
+    b = s.schedule(0.0)
+    s.update(b, 1.0)
+    if fast_forward:  # the rest of request 0 in one decode window
+        b = s.schedule(1.0)
+        assert s.can_fast_forward(b)
+        s.update_window(b, 2.0 + np.arange(s.decode_window_limit(b)))
+    _serve(s, 10.0)
+    assert t.status[0] == FINISHED and t.computed[0] == 15
+    assert kv.cached_blocks == 3                        # tokens 0..11: 15 computed, not 16
+    for rid in (1, 2):
+        s.add_request(rid)
+    _serve(s, 20.0)
+    assert t.cached_tokens[1] == 12 and t.cached_tokens[2] == 8
+    check_blocks(kv, [])
+
+
+POLICIES = {"vllm": {}, "sarathi": {"chunk_size": 64}, "trtllm": {},
+            "trtllm_max_util": {"capacity_scheduler_policy": "MAX_UTILIZATION"},
+            "sglang": {"chunk_size": 64}}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 120), st.integers(1, 12), st.integers(0, 3)),
                 min_size=1, max_size=14),
-       st.integers(12, 40), st.integers(0, 20))
-def test_conservation_and_block_invariants_with_prefix_caching(reqs, blocks, host):
+       st.integers(12, 40), st.integers(0, 20), st.booleans(), st.booleans())
+def test_conservation_and_block_invariants_with_prefix_caching(policy, reqs, blocks, host,
+                                                               outputs_named, fast_forward):
     prompts = [p for p, _, _ in reqs]
     outputs = [o for _, o, _ in reqs]
-    # requests share leading blocks by their group: ids (g, g+10, ...), one per 8 tokens
-    ids = [tuple(g * 100 + i for i in range(-(-p // 8))) for p, _, g in reqs]
-    s, t, kv = _sched(prompts, outputs, ids, blocks, block_size=8, max_num_batched_tokens=64)
+    # requests share leading blocks by their group: ids (g, g+10, ...), one per 8 tokens of
+    # the prompt, or of prompt and output (then generated blocks are cached too)
+    ids = [tuple(g * 100 + i for i in range(-(-(p + o * outputs_named) // 8)))
+           for p, o, g in reqs]
+    s, t, kv = _sched(prompts, outputs, ids, blocks, block_size=8, max_num_batched_tokens=64,
+                      name=policy.split("_")[0], **POLICIES[policy])
     if host:
         from sim.kv.offload import HostTier
 
@@ -187,28 +234,47 @@ def test_conservation_and_block_invariants_with_prefix_caching(reqs, blocks, hos
         b = s.schedule(now)
         if b is None:
             break
-        now += 1.0
-        done += len(s.update(b, now))
+        if fast_forward and s.can_fast_forward(b):
+            k = s.decode_window_limit(b)
+            done += len(s.update_window(b, now + np.arange(1.0, k + 1)))
+            now += k
+        else:
+            now += 1.0
+            done += len(s.update(b, now))
         check_blocks(kv, [int(r) for r in s.running])
     assert done == int(fits.sum()) and not s.has_work()
     assert (t.cached_tokens <= t.prompt - 1).all()
     check_blocks(kv, [])
 
 
-@pytest.fixture
-def hash_source(monkeypatch):
-    """Give each replica's cache the run's ``hash_ids`` (a no-op once ``sim.cluster`` does)."""
-    from sim.cluster import Cluster
+@pytest.mark.skipif(not TRACE.exists(), reason="needs ../shared/traces/mooncake_conversation.csv")
+def test_trace_hits_on_an_unbounded_cache_stay_within_earlier_prompts(compose_cfg):
+    """Mooncake's ids name prompts only: with generated blocks cached, no request hits more
+    than the prompt blocks of the requests before it (served one by one), and all but a few
+    blocks still computing when a request arrives are hit."""
+    from scenarios import requests_for_seed
+    from sim import simulate
 
-    build = Cluster._build
-
-    def _build(self, *a, **k):
-        parts = build(self, *a, **k)
-        if parts.kv._hash_ids is None:
-            parts.kv.set_prefix_source(self.hash_ids)
-        return parts
-
-    monkeypatch.setattr(Cluster, "_build", _build)
+    cfg = compose_cfg("workload=trace", f"workload.trace_path={TRACE}",
+                      "workload.max_requests=300", "workload.time_scale=4",
+                      "cost_model=constant", "kv_cache.prefix_caching=true",
+                      "kv_cache.num_gpu_blocks=20000000")
+    req = requests_for_seed(cfg.workload, 0)
+    cached = simulate(cfg, req).requests["cached_tokens"].to_numpy()
+    ids = req["hash_ids"].to_numpy()
+    prompts = req["input_tokens"].to_numpy(np.int64)
+    kv = PagedKVCache(10**7, 16, len(prompts), prefix_caching=True)
+    kv.set_prefix_source(ids)
+    bound = np.zeros(len(prompts), np.int64)
+    computed = np.zeros(len(prompts), np.int64)
+    for rid in np.argsort(req["arrival_time_s"].to_numpy(), kind="stable").tolist():
+        bound[rid] = kv.match_prefix(rid, int(prompts[rid]))
+        kv.allocate(rid, int(bound[rid]), int(prompts[rid] - bound[rid]))
+        computed[rid] = prompts[rid]
+        kv.commit(computed)
+        kv.free(rid)
+    assert (cached <= bound).all()
+    assert cached.sum() > 0.99 * bound.sum()
 
 
 def _mooncake_run(compose_cfg, n: int, *overrides: str):
@@ -222,7 +288,7 @@ def _mooncake_run(compose_cfg, n: int, *overrides: str):
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="needs ../shared/traces/mooncake_conversation.csv")
-def test_mooncake_hit_rate_through_the_simulator(compose_cfg, hash_source):
+def test_mooncake_hit_rate_through_the_simulator(compose_cfg):
     rates = []
     for blocks in (2500, 100_000):
         r = _mooncake_run(compose_cfg, 500, f"kv_cache.num_gpu_blocks={blocks}").requests
@@ -233,7 +299,7 @@ def test_mooncake_hit_rate_through_the_simulator(compose_cfg, hash_source):
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="needs ../shared/traces/mooncake_conversation.csv")
-def test_fast_forward_is_exact_with_prefix_caching(compose_cfg, hash_source):
+def test_fast_forward_is_exact_with_prefix_caching(compose_cfg):
     a = _mooncake_run(compose_cfg, 100, "kv_cache.num_gpu_blocks=6000").requests
     b = _mooncake_run(compose_cfg, 100, "kv_cache.num_gpu_blocks=6000",
                       "fast_forward=false").requests

@@ -36,3 +36,15 @@ def test_disaggregated_pools_log_the_override_each(compose_cfg, caplog):
     with caplog.at_level(logging.INFO, logger="sim"):
         log_memory_budgets(cfg)
     assert _blocks(caplog) == [777, 777]
+
+
+def test_run_meta_counts_concurrent_tokens_of_the_blocks_the_cache_has(compose_cfg, open_loop):
+    from sim import simulate
+
+    req = open_loop([0.0], [100], [4])
+    for extra, blocks in (((), None), (("kv_cache.num_gpu_blocks=1234",), 1234)):
+        cfg = compose_cfg("cost_model=constant", *extra)
+        meta = simulate(cfg, req).meta
+        derived = pool_memory_budgets(cfg)["mixed"].num_gpu_blocks
+        assert meta["num_gpu_blocks"] == (blocks or derived)
+        assert meta["max_concurrent_tokens"] == (blocks or derived) * 16

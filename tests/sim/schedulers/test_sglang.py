@@ -157,3 +157,39 @@ def test_fast_forward_is_exact(prefix):
     assert (a.preemptions == b.preemptions).all() and (a.cached_tokens == b.cached_tokens).all()
     if prefix:
         assert a.cached_tokens.sum() > 0
+
+
+def _drain(s, limit: int = 500) -> int:
+    """Steps until nothing runs; the number of requests finished."""
+    done, now = 0, 0.0
+    while (b := s.schedule(now)) is not None and limit:
+        now, limit = now + 1.0, limit - 1
+        done += len(s.update(b, now))
+    return done
+
+
+def test_a_chunk_counts_against_the_tokens_left_for_new_requests():
+    """17 blocks of 8: request 0's second chunk (41 tokens) and request 1 (25 + 1) would
+    leave no block for either to go on; counting the chunk (as SGLang's add_chunked_req
+    does) keeps request 1 waiting until there is room, and both finish."""
+    s, t, kv = make([105, 25], [9, 1], num_blocks=17, block_size=8,
+                    max_num_batched_tokens=64, chunk_size=64)
+    b = step(s, 0.0)
+    assert list(b.ids) == [0] and list(b.new_tokens) == [64]
+    b = step(s, 1.0)
+    assert list(b.ids) == [0] and list(b.new_tokens) == [41]
+    assert _drain(s) == 2 and (t.generated == t.max_output).all()
+
+
+def test_cached_blocks_a_hit_locks_count_against_the_tokens_left():
+    """15 blocks of 8: request 2 hits request 0's 6 freed cached blocks; they are no longer
+    evictable, so request 1 (65 tokens) is not admitted beside it into a cache it cannot
+    finish in, and every request finishes."""
+    s, t, kv = make([48, 65, 49], [1, 6, 9], num_blocks=15, block_size=8,
+                    hash_ids=[tuple(range(100, 106)), tuple(range(7)),
+                              tuple(range(100, 107))],
+                    max_num_batched_tokens=64, chunk_size=64)
+    step(s, 0.0)
+    b = step(s, 1.0)
+    assert list(b.ids) == [2] and t.cached_tokens[2] == 48
+    assert _drain(s) == 2 and (t.generated == t.max_output).all()  # 0 finished in step 0
