@@ -1,14 +1,17 @@
 """The ``python -m sim`` Hydra app: config → scenario → simulate → analysis → files.
 
 A thin shell: it registers the config schemas, validates everything before simulating,
-and turns bad input into one line on stderr with exit code 2.
+and turns bad input into one line on stderr with exit code 2. In a sweep (``-m``) a job's
+failure is written to its ``failed.json`` instead, and the other jobs go on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,13 +19,15 @@ from typing import Any
 import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig
 from tqdm import tqdm
 
+from analysis.collect import FAILED_JSON
 from analysis.config import SLOConfig, check_slo
 from analysis.metrics import summarize
 from analysis.plots import write_plots
-from analysis.report import format_summary, write_run
+from analysis.report import _atomic_write, format_summary, write_run
 from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_for_seed
 from sim.builders import check_config, pool_memory_budgets
 from sim.config import (
@@ -124,15 +129,55 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
     return summary
 
 
+INPUT_ERRORS = (ConfigError, WorkloadError)  # bad input: one line, exit code 2
+
+
+def write_failure(outdir: Path, error: BaseException, overrides: list[str]) -> dict:
+    """Record a failed sweep job in ``outdir/failed.json``: error type, one-line message, the
+    job's overrides, and the traceback when the error is not plain bad input; returns it."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    record = {"error_type": type(error).__name__,
+              "message": "; ".join(lines) or type(error).__name__,
+              "overrides": list(overrides)}
+    if not isinstance(error, INPUT_ERRORS):
+        record["traceback"] = "".join(traceback.format_exception(error))
+    outdir.mkdir(parents=True, exist_ok=True)
+    path = outdir / FAILED_JSON
+    text = json.dumps(record, indent=2) + "\n"
+    _atomic_write(path, lambda p: Path(p).write_text(text))
+    return record
+
+
+def run_sweep_job(cfg: DictConfig, outdir: Path, job: str, overrides: list[str]) -> dict | None:
+    """One job of a multirun. A failure of any kind is written to ``failed.json``, logged and
+    reported on one line, and the job returns normally, so the launcher (basic, joblib, Ray,
+    submitit) goes on with the other jobs; ``None`` then stands for the missing summary."""
+    try:
+        summary = run(cfg, outdir)
+    except Exception as e:  # any failure: isolating one job from the others is the point
+        record = write_failure(outdir, e, overrides)
+        if not isinstance(e, INPUT_ERRORS):
+            log.error("job %s failed", job, exc_info=e)
+        print(f"error: job {job} ({' '.join(overrides)}) failed: {record['error_type']}: "
+              f"{record['message']} [{outdir / FAILED_JSON}]", file=sys.stderr)
+        return None
+    (outdir / FAILED_JSON).unlink(missing_ok=True)  # from an earlier run into the same folder
+    return summary
+
+
 register_configs()
 
 
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     """Hydra entry point of one simulation (also runs each job of a ``-m`` sweep)."""
-    outdir = Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    outdir = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN:
+        run_sweep_job(cfg, outdir, str(hc.job.num), list(hc.overrides.task))
+        return
     try:
         run(cfg, outdir)
-    except (ConfigError, WorkloadError) as e:
+    except INPUT_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

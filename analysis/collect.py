@@ -1,0 +1,198 @@
+"""One table of a Hydra sweep: a row per job with its overrides and its summary metrics.
+
+``collect_sweep(DIR)`` reads every job folder under a sweep directory (any folder holding
+``.hydra/overrides.yaml``): the overrides become typed columns (``scheduler``,
+``workload.rate``, ``seed``, ...), ``summary.json`` gives the metrics (nested dicts flattened
+with dots), and ``failed.json`` (written by ``python -m sim`` when a job fails) gives the
+error. ``write_sweep_summary(DIR)`` writes the table as ``sweep_summary.parquet`` and
+``sweep_summary.csv`` in DIR; the multirun callback calls it at the end of every sweep, and
+``python -m analysis.collect DIR`` rebuilds it afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import numbers
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
+from analysis.report import _atomic_write
+from sim.errors import ConfigError
+
+SUMMARY_STEM = "sweep_summary"
+SUMMARY_JSON = "summary.json"
+FAILED_JSON = "failed.json"
+BASE_COLUMNS = ("job", "dir", "status", "error")
+NOT_FINISHED = "no summary.json or failed.json: the job did not finish"
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _read_yaml(path: Path) -> Any:
+    with open(path) as f:
+        return yaml.load(f, Loader=_Loader)
+
+
+def _job_dirs(root: Path) -> list[Path]:
+    return sorted({p.parent.parent for p in root.rglob(".hydra/overrides.yaml")})
+
+
+def _job_number(job_dir: Path) -> int | None:
+    """Hydra's ``hydra.job.num`` of the job (its folder name when that is not recorded)."""
+    try:
+        num = _read_yaml(job_dir / ".hydra" / "hydra.yaml")["hydra"]["job"]["num"]
+        return int(num)
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        return int(job_dir.name) if job_dir.name.isdigit() else None
+
+
+def _scalar(v: Any) -> Any:
+    """A value a parquet column can hold: lists and dicts become their JSON text."""
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v, default=str)
+    return v
+
+
+def parse_overrides(lines: list[str]) -> dict[str, Any]:
+    """Hydra override strings → {key: typed value} (``rate=2`` → 2, ``~key`` → None)."""
+    parser = OverridesParser.create()
+    out: dict[str, Any] = {}
+    for line in lines:
+        try:
+            (o,) = parser.parse_overrides([line])
+        except HydraException:
+            key, _, value = line.partition("=")
+            out[key.lstrip("+~")] = value
+            continue
+        key = o.key_or_group + (f"@{o.package}" if o.package else "")
+        out[key] = None if o.is_delete() else _scalar(o.value())
+    return out
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = _scalar(v)
+    return out
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_job(job_dir: Path, root: Path) -> tuple[dict, dict, dict]:
+    """One job's (base columns, overrides, flattened metrics)."""
+    overrides = _read_yaml(job_dir / ".hydra" / "overrides.yaml") or []
+    summary_path, failed_path = job_dir / SUMMARY_JSON, job_dir / FAILED_JSON
+    summary = _read_json(summary_path) if summary_path.exists() else None
+    failed = _read_json(failed_path) if failed_path.exists() else None
+    # a rerun into the same folder may leave both: the newer file tells how the job ended
+    if summary is not None and failed is not None:
+        if failed_path.stat().st_mtime >= summary_path.stat().st_mtime:
+            summary = None
+        else:
+            failed = None
+    if failed is not None:
+        status = "failed"
+        error = f"{failed.get('error_type', 'Error')}: {failed.get('message', '')}"
+    elif summary is not None:
+        status, error = "ok", None
+    else:
+        status, error = "failed", NOT_FINISHED
+    base = {"job": _job_number(job_dir), "dir": job_dir.relative_to(root).as_posix() or ".",
+            "status": status, "error": error}
+    return base, parse_overrides([str(x) for x in overrides]), _flatten(summary or {})
+
+
+def _uniform_column(values: pd.Series) -> pd.Series:
+    """Mixed strings and numbers (e.g. ``null`` and ``auto``) as strings, so parquet can hold
+    the column; numbers and booleans stay typed."""
+    kinds = {"str" if isinstance(v, str) else "bool" if isinstance(v, bool)
+             else "num" if isinstance(v, numbers.Number) else "other"
+             for v in values if v is not None and not (isinstance(v, float) and v != v)}
+    if len(kinds) <= 1 and kinds != {"other"}:
+        return values
+    return values.map(lambda v: v if v is None else str(v))
+
+
+def collect_sweep(path: str | Path) -> pd.DataFrame:
+    """The table of a sweep directory: a row per job, sorted by job number.
+
+    Columns: ``job`` (Hydra's job number), ``dir`` (the job folder, relative to ``path``),
+    ``status`` (``ok`` or ``failed``), ``error`` (``Type: message`` of a failed job), one
+    column per override key as given on the command line (values typed: numbers as
+    numbers), then every ``summary.json`` metric, nested keys joined with dots. A metric
+    that repeats an override column (``scheduler``, ``seed``) is kept only where it
+    differs from it, as ``summary.<name>``. Raises ``ConfigError`` when ``path`` holds no job.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ConfigError("DIR", str(path), "an existing sweep directory")
+    jobs = [read_job(d, root) for d in _job_dirs(root)]
+    if not jobs:
+        raise ConfigError("DIR", str(path), "a Hydra sweep directory: no job folder with "
+                          ".hydra/overrides.yaml under it")
+    jobs.sort(key=lambda j: (j[0]["job"] is None, j[0]["job"] or 0, j[0]["dir"]))
+    override_cols = list(dict.fromkeys(k for _, o, _ in jobs for k in o))
+    metric_cols = list(dict.fromkeys(k for _, _, m in jobs for k in m))
+    table = pd.DataFrame([b for b, _, _ in jobs], columns=list(BASE_COLUMNS))
+    for col in override_cols:
+        table[col] = _uniform_column(pd.Series([o.get(col) for _, o, _ in jobs], dtype=object))
+        table[col] = table[col].infer_objects()
+    metrics = pd.DataFrame([m for _, _, m in jobs], columns=metric_cols)
+    for col in metric_cols:
+        values = _uniform_column(metrics[col].astype(object)).infer_objects()
+        if col in table.columns:
+            ok = table["status"] == "ok"
+            same = (values[ok].astype(str) == table.loc[ok, col].astype(str)).all()
+            if same:
+                continue
+            col = f"summary.{col}"
+        table[col] = values
+    return table
+
+
+def write_sweep_summary(path: str | Path) -> Path:
+    """Write ``sweep_summary.parquet`` and ``sweep_summary.csv`` into the sweep directory
+    ``path`` (atomically); returns the parquet file's path."""
+    root = Path(path)
+    table = collect_sweep(root)
+    parquet, csv = root / f"{SUMMARY_STEM}.parquet", root / f"{SUMMARY_STEM}.csv"
+    _atomic_write(parquet, lambda p: table.to_parquet(p, index=False))
+    _atomic_write(csv, lambda p: table.to_csv(p, index=False))
+    return parquet
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m analysis.collect DIR``: rebuild a sweep's summary table; exit 2 on bad input."""
+    parser = argparse.ArgumentParser(prog="python -m analysis.collect",
+                                     description="Rebuild sweep_summary.parquet/.csv of a sweep.")
+    parser.add_argument("dir", metavar="DIR", help="a Hydra sweep directory (multirun/...)")
+    args = parser.parse_args(argv)
+    try:
+        out = write_sweep_summary(args.dir)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    table = pd.read_parquet(out)
+    failed = table[table["status"] != "ok"]
+    print(f"{len(table)} jobs, {len(failed)} failed → {out} (and .csv)")
+    for _, row in failed.iterrows():
+        print(f"  job {row['job']} ({row['dir']}): {row['error']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The Hydra callback that writes a multirun's ``sweep_summary.parquet`` and ``.csv``.
+
+Registered under ``hydra.callbacks`` in ``conf/config.yaml``. Hydra calls
+``on_multirun_end`` in the launching process once every job has returned, whichever
+launcher ran them (basic, joblib, Ray, submitit), so the table sees every job's folder.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pandas as pd
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from analysis.collect import write_sweep_summary
+from sim.errors import ConfigError
+
+
+class SweepSummary(Callback):
+    """At the end of a multirun, aggregate its job folders into one table in the sweep dir."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Write the table and print one line: where it is and how many jobs failed."""
+        sweep_dir = str(config.hydra.sweep.dir)
+        try:
+            out = write_sweep_summary(sweep_dir)
+        except ConfigError as e:  # no job folder here, e.g. the nodes share no file system
+            print(f"sweep summary not written: {e}", file=sys.stderr)
+            return
+        status = pd.read_parquet(out, columns=["status"])["status"]
+        failed = int((status != "ok").sum())
+        print(f"sweep: {len(status)} jobs, {failed} failed → {out} (and .csv)")
