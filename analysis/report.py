@@ -112,3 +112,11 @@ def format_summary(s: dict) -> str:
         lines.append(f"{label:<44}{val:>16}")
     lines.append("=" * 60)
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m analysis.report DIR: the Markdown report of DIR
+    import sys
+
+    from analysis.report_md import main
+
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""``python -m analysis.capacity [group=option ...] [capacity.key=value ...]``: a capacity plan.
+
+A Hydra app on ``conf/capacity.yaml`` (the simulator's config groups plus ``capacity``):
+
+1. the maximum rate one replica sustains under the SLO (``capacity.slo``), by bracketing and
+   bisection on simulations (``analysis.capacity_search``);
+2. optionally first, the cheapest configuration of a small space of overrides
+   (``capacity.config_search.space``), by GPU-hours per request;
+3. for each month of the traffic forecast, the replicas and GPUs its busiest hour needs,
+   verified by simulating the whole cluster with its router at that size and at one replica
+   fewer (which must miss the SLO);
+4. the cost from ``capacity.gpu_hour_price``.
+
+Writes ``capacity.json`` and ``capacity_gpus.png`` into the Hydra output dir. Bad input: one
+line on stderr, exit code 2. An SLO that no rate meets: one line naming the closest result,
+``capacity.json`` with ``feasible: false``, exit code 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from hydra import compose
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from analysis.capacity_config import check_capacity, preflight, register, slo_bounds
+from analysis.capacity_report import plot_gpus
+from analysis.capacity_search import Evaluator, RateSearch, max_rate, replicas_for
+from analysis.config import check_slo
+from analysis.forecast import autoscaled_replicas, costs, peak_rates
+from scenarios import WorkloadError, check_workload, requests_for_seed
+from sim.app import register_configs
+from sim.builders import check_config
+from sim.errors import ConfigError
+
+log = logging.getLogger("capacity")
+
+
+def check(cfg) -> None:
+    """Every check of the simulator's groups and of the plan, before any simulation."""
+    check_config(cfg)
+    check_workload(cfg.workload)
+    check_slo(cfg.slo)
+    check_capacity(cfg.capacity, cfg.workload, cfg.slo)
+    if cfg.cluster.get("disaggregated", False):
+        raise ConfigError("cluster", cfg.cluster.name, "a single-pool cluster: capacity plans "
+                          "replicate one serving engine (disaggregated pools are not planned)")
+
+
+def gpus_per_replica(cfg) -> int:
+    """GPUs of one serving engine: tensor × pipeline parallel."""
+    return int(cfg.cluster.tensor_parallel_size * cfg.cluster.pipeline_parallel_size)
+
+
+def evaluator(cfg) -> Evaluator:
+    """The simulation runner of ``cfg``'s plan settings."""
+    s = cfg.capacity.search
+    return Evaluator(cfg, slo_bounds(cfg.capacity.slo), list(s.seeds), s.warmup,
+                     s.min_throughput_ratio)
+
+
+def search_rate(cfg, ev: Evaluator) -> RateSearch:
+    """One replica's maximum sustainable rate under ``cfg``."""
+    s = cfg.capacity.search
+    start = s.rate_start if s.rate_start is not None else cfg.workload.rate
+    return max_rate(lambda r: ev(r, 1), float(start), s.rel_tol, s.min_rate, s.max_rate,
+                    s.max_simulations)
+
+
+def _chunk_overrides(scheduler: str, chunk: int) -> list[str]:
+    """The scheduler fields that set a step's prefill chunk."""
+    if scheduler == "sarathi":
+        return [f"scheduler.chunk_size={chunk}", f"scheduler.max_num_batched_tokens={chunk}"]
+    if scheduler == "sglang":
+        return [f"scheduler.chunk_size={chunk}"]
+    return [f"scheduler.max_num_batched_tokens={chunk}"]
+
+
+def candidates(cfg, base: list[str]) -> list[tuple[list[str], DictConfig]]:
+    """Every configuration of ``capacity.config_search``, composed with the command line's
+    overrides (those of a searched field replaced)."""
+    s = cfg.capacity.config_search
+    axes = {"cluster.tensor_parallel_size": list(s.tensor_parallel_size),
+            "scheduler.max_num_seqs": list(s.max_num_seqs), "backend": list(s.backend),
+            "chunk": list(s.chunk)}
+    axes = {k: v for k, v in axes.items() if v}
+    chunk_keys = ("scheduler.chunk_size", "scheduler.max_num_batched_tokens")
+    searched = {*axes, *(chunk_keys if "chunk" in axes else ())}
+    keep = [o for o in base if o.split("=", 1)[0].lstrip("+~") not in searched]
+    out = []
+    for values in itertools.product(*axes.values()):
+        choice = dict(zip(axes, values, strict=True))
+        over = [f"{k}={v}" for k, v in choice.items() if k != "chunk"]
+        if "chunk" in choice:
+            over += _chunk_overrides(compose("capacity", overrides=[*keep, *over]).scheduler.name,
+                                     int(choice["chunk"]))
+        out.append((over, compose("capacity", overrides=[*keep, *over])))
+    return out
+
+
+def config_search(cfg, base: list[str]) -> tuple[DictConfig, Evaluator, RateSearch, list[dict]]:
+    """The configuration of the space with the fewest GPU-hours per request that meets the
+    SLO, with its evaluator and rate search (None for both when no candidate meets it), and
+    every candidate's result."""
+    table, best = [], None
+    for over, c in candidates(cfg, base):
+        row = {"overrides": over, "gpus_per_replica": gpus_per_replica(c)}
+        try:
+            check(c)
+        except (ConfigError, WorkloadError) as e:
+            table.append({**row, "error": str(e)})
+            continue
+        t0 = time.perf_counter()
+        ev = evaluator(c)
+        r = search_rate(c, ev)
+        row.update(max_rate_per_replica=r.rate, wall_s=round(time.perf_counter() - t0, 2))
+        if r.rate:
+            row["gpu_hours_per_million_requests"] = row["gpus_per_replica"] / r.rate / 3600 * 1e6
+            if best is None or row["gpu_hours_per_million_requests"] < best[0]:
+                best = (row["gpu_hours_per_million_requests"], c, over, ev, r)
+        table.append(row)
+        log.info("candidate %s: max rate %s", " ".join(over), r.rate)
+    for row in table:
+        row["chosen"] = best is not None and row["overrides"] == best[2]
+    return (best[1], best[3], best[4], table) if best else (cfg, None, None, table)
+
+
+def plan_periods(cfg, ev: Evaluator, rate1: float) -> list[dict]:
+    """Replicas, GPUs and cost of each month of the forecast, each verified on the cluster."""
+    f, v = cfg.capacity.forecast, cfg.capacity.verify
+    per_gpu = gpus_per_replica(cfg)
+    per_replica = int(v.requests_per_replica or cfg.workload.num_requests)
+    sample = requests_for_seed(cfg.workload, int(cfg.capacity.search.seeds[0]))
+    tokens = float((sample["input_tokens"] + sample["output_tokens"]).mean())
+    out_tokens = float(sample["output_tokens"].mean())
+    periods = []
+    for month, peak in enumerate(peak_rates(f.peak_rate, f.growth_per_month,
+                                            f.horizon_months, f.growth)):
+        estimate = max(1, math.ceil(peak / rate1 - 1e-9))
+        row = {"month": month, "peak_rate": float(peak), "estimate": estimate}
+        if v.enabled:
+            p = replicas_for(lambda r, n: ev(r, n, per_replica * n), float(peak),
+                             estimate, v.max_adjustments)
+            row.update(replicas=p.replicas, verified=p.verified, note=p.note,
+                       at_size=p.at_size.as_dict(ev.slo) if p.at_size else None,
+                       one_fewer=p.one_fewer.as_dict(ev.slo) if p.one_fewer else None)
+        else:
+            row.update(replicas=estimate, verified=False, note="verification disabled")
+        hourly = autoscaled_replicas(float(peak), f.diurnal, rate1, row["replicas"])
+        row.update(costs(float(peak), f.diurnal, row["replicas"], per_gpu,
+                         cfg.capacity.gpu_hour_price, tokens, out_tokens, hourly))
+        row["autoscaled_replicas_by_hour"] = hourly.tolist()
+        periods.append(row)
+        log.info("month %d: peak %.3g req/s → %d replicas (%d GPUs)%s", month, peak,
+                 row["replicas"], row["gpus"], "" if row["verified"] else " (not verified)")
+    return periods
+
+
+def plan(cfg, outdir: Path, base_overrides: list[str]) -> dict:
+    """The whole capacity plan; writes ``capacity.json`` and its plot into ``outdir``."""
+    check(cfg)
+    t0 = time.perf_counter()
+    table, ev, search = None, None, None
+    s = cfg.capacity.config_search
+    if any(len(v) for v in (s.tensor_parallel_size, s.max_num_seqs, s.chunk, s.backend)):
+        cfg, ev, search, table = config_search(cfg, base_overrides)
+    if search is None:
+        t1 = time.perf_counter()
+        ev = evaluator(cfg)
+        search = search_rate(cfg, ev)
+        search_s = time.perf_counter() - t1
+    else:
+        search_s = next(r["wall_s"] for r in table if r["chosen"])
+    best = search.best()
+    result = {
+        "feasible": search.rate is not None,
+        "slo": slo_bounds(cfg.capacity.slo),
+        "config": {"model": cfg.model.name, "hardware": cfg.hardware.name,
+                   "backend": cfg.backend.name, "scheduler": cfg.scheduler.name,
+                   "workload": cfg.workload.name, "router": cfg.cluster.router,
+                   "tensor_parallel_size": cfg.cluster.tensor_parallel_size,
+                   "pipeline_parallel_size": cfg.cluster.pipeline_parallel_size,
+                   "gpus_per_replica": gpus_per_replica(cfg),
+                   "num_requests_per_search_run": cfg.workload.num_requests,
+                   "seeds": list(cfg.capacity.search.seeds)},
+        "max_rate_per_replica": search.rate,
+        "search": {"bracket": [search.low, search.high],
+                   "rel_tol": cfg.capacity.search.rel_tol,
+                   "simulations": len(search.evaluations) * len(ev.seeds),
+                   "wall_s": round(search_s, 2),
+                   "evaluations": [e.as_dict(ev.slo) for e in search.evaluations]},
+        "best_found": best.as_dict(ev.slo),
+        "config_search": table,
+        "gpu_hour_price": cfg.capacity.gpu_hour_price,
+    }
+    if result["feasible"]:
+        periods = plan_periods(cfg, ev, search.rate)
+        result.update({
+            "forecast": OmegaConf.to_container(cfg.capacity.forecast),
+            "periods": periods,
+            "replicas_needed": [p["replicas"] for p in periods],
+            "gpus_needed": [p["gpus"] for p in periods],
+            "cost_per_hour": [p["cost_per_hour"] for p in periods],
+            "cost_per_million_tokens": [p["cost_per_million_tokens"] for p in periods],
+            "all_verified": all(p["verified"] for p in periods),
+        })
+        plot_gpus(periods, outdir / "capacity_gpus.png")
+    result["wall_s"] = round(time.perf_counter() - t0, 2)
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "capacity.json").write_text(compact_json(result) + "\n")
+    return result
+
+
+_SCALAR = r"(?:-?[\d.eE+-]+|null|true|false)"
+_SCALAR_LIST = re.compile(rf"\[\s*({_SCALAR}(?:,\s*{_SCALAR})*)\s*\]")
+
+
+def compact_json(obj) -> str:
+    """Indented JSON with lists of numbers on one line (hourly profiles stay readable)."""
+    text = json.dumps(obj, indent=2, default=_json)
+    return _SCALAR_LIST.sub(lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]",
+                            text)
+
+
+def _json(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return str(v)
+
+
+def describe(result: dict) -> str:
+    """The plan in a few lines for the terminal."""
+    if not result["feasible"]:
+        b = result["best_found"]
+        return (f"error: the SLO cannot be met: no rate down to the search's minimum meets "
+                f"it; best found {b['rate']:.4g} req/s on one replica, which misses "
+                f"{'; '.join(b['violations'])}")
+    lines = [f"max rate per replica: {result['max_rate_per_replica']:.4g} req/s "
+             f"({result['search']['simulations']} simulations, "
+             f"{result['search']['wall_s']:.1f} s)"]
+    for p in result["periods"]:
+        lines.append(f"month {p['month']}: peak {p['peak_rate']:.4g} req/s → {p['replicas']} "
+                     f"replicas, {p['gpus']} GPUs, ${p['cost_per_hour']:.2f}/h, "
+                     f"${p['cost_per_million_tokens']:.3f} per million tokens"
+                     f"{'' if p['verified'] else ' (not verified: ' + p['note'] + ')'}")
+    return "\n".join(lines)
+
+
+register_configs()
+register()
+
+
+@hydra.main(version_base=None, config_path="pkg://conf", config_name="capacity")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point of the capacity plan."""
+    hc = HydraConfig.get()
+    outdir = Path(hc.runtime.output_dir)
+    try:
+        result = plan(cfg, outdir, list(hc.overrides.task))
+    except (ConfigError, WorkloadError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    text = describe(result)
+    if not result["feasible"]:
+        print(text, file=sys.stderr)
+        sys.exit(1)
+    print(text)
+    print(f"outputs: {outdir / 'capacity.json'}")
+
+
+if __name__ == "__main__":
+    preflight(sys.argv[1:])
+    main()

@@ -1,0 +1,174 @@
+"""``python -m analysis.report DIR``: one Markdown file, ``DIR/report.md``, with the tables and
+plots of whatever DIR holds: a capacity plan (``capacity.json``), a design comparison
+(``compare.json``), a sweep (job folders with ``.hydra/overrides.yaml``) or one run
+(``summary.json``). Plots are linked by relative path, so the folder reads on its own."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.verdict import fmt, fmt_pm, metric_label, metric_unit, setting_text
+from sim.errors import ConfigError
+
+RUN_METRICS = ("completed", "rejected", "request_throughput", "output_throughput",
+               "request_goodput", "slo_attainment", "median_ttft_ms", "p99_ttft_ms",
+               "median_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "mean_e2el_ms",
+               "mean_batch_size", "mean_kv_usage", "num_preemptions")
+SWEEP_METRICS = ("request_throughput", "request_goodput", "median_ttft_ms", "p99_ttft_ms",
+                 "median_tpot_ms", "p99_tpot_ms")
+
+
+def md_table(headers: list[str], rows: list[list]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    def cell(v) -> str:
+        return fmt(v) if isinstance(v, float) else str(v).replace("|", "\\|")
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _images(root: Path, names) -> list[str]:
+    return [f"![{n}]({n})" for n in names if (root / n).exists()]
+
+
+def run_markdown(root: Path) -> str:
+    """One run: its configuration choices, the main metrics and its plots."""
+    s = json.loads((root / "summary.json").read_text())
+    head = ", ".join(f"{k} `{s[k]}`" for k in ("model", "hardware", "backend", "scheduler",
+                                               "workload", "seed") if k in s)
+    rows = [[metric_label(k), s[k], metric_unit(k)] for k in RUN_METRICS
+            if isinstance(s.get(k), (int, float))]
+    out = [f"# Simulation run: {root.name}", "", head, "",
+           md_table(["metric", "value", "unit"], rows), ""]
+    out += _images(root, ("latency_ecdf.png", "timeline.png", "bound_share.png"))
+    out += ["", "Every metric is defined in docs/metrics.md; all metrics of the run are in "
+            "`summary.json`."]
+    return "\n".join(out) + "\n"
+
+
+def sweep_markdown(root: Path) -> str:
+    """A sweep: one row per job with its overrides, status and main metrics."""
+    from analysis.collect import collect_sweep
+
+    t = collect_sweep(root)
+    cols = list(t.columns)
+    end = cols.index("completed") if "completed" in cols else len(cols)
+    over = cols[cols.index("error") + 1:end]
+    fixed = [c for c in over if t[c].astype(str).nunique() == 1 and len(t) > 1]
+    over = [c for c in over if c not in fixed]
+    mets = [m for m in SWEEP_METRICS if m in t]
+    rows = [[r["job"], *(r[c] for c in over), r["status"], *(r[m] for m in mets)]
+            for _, r in t.iterrows()]
+    out = [f"# Sweep: {root.name}", "", f"{len(t)} jobs, "
+           f"{int((t['status'] != 'ok').sum())} failed. Whole-run metrics from each job's "
+           "`summary.json` (no warm-up removed; `python -m analysis.compare DIR` gives "
+           "steady-state comparisons with confidence intervals).", ""]
+    if fixed:
+        out += ["Same in every job: " + ", ".join(f"`{c}={t[c].iloc[0]}`" for c in fixed), ""]
+    out += [md_table(["job", *over, "status", *(metric_label(m) for m in mets)], rows), ""]
+    failed = t[t["status"] != "ok"]
+    if len(failed):
+        out += ["## Failed jobs", ""] + [f"- job {r['job']}: {r['error']}"
+                                         for _, r in failed.iterrows()] + [""]
+    return "\n".join(out)
+
+
+def compare_markdown(r: dict) -> str:
+    """A design comparison (the result of ``analysis.compare.compare``)."""
+    groups, w = r["settings"], r["warmup"]
+    out = [f"# Comparison of `{r['factor']}` designs", "",
+           f"Designs: {', '.join(f'`{d}`' for d in r['designs'])}; baseline `{r['baseline']}`; "
+           f"{len(r['seeds'])} seeds ({', '.join(map(str, r['seeds']))}); "
+           f"failed jobs: {r['failed_jobs']}.", "", "## Verdicts", ""]
+    out += [f"- {v}" for v in r["verdicts"]] or ["- (no pair of designs to compare)"]
+    corr = ("Holm-adjusted over the metrics of each verdict (one design against the "
+            "baseline at one setting), so a verdict claims a false difference with "
+            "probability at most 5%"
+            if r["correction"] == "holm" else "not adjusted for multiple comparisons")
+    out += ["", "## How it was measured", "",
+            f"- Replications: one per seed; every design gets the same arrivals and lengths for "
+            f"a seed (common random numbers), so designs are compared by paired differences "
+            f"per seed. Intervals are {int(r['level'] * 100)}% Student-t intervals over seeds.",
+            f"- Significance: paired t-test, p-value {corr}. A significant difference under "
+            f"{r.get('min_effect', 0.01):.0%} of the baseline's mean is reported as "
+            "negligible.",
+            f"- Warm-up: {w['rule']} (requests in arrival order), applied {w['applied']}. "
+            f"Requests dropped per job: min {w['dropped_requests']['min']}, median "
+            f"{fmt(w['dropped_requests']['median'])}, max {w['dropped_requests']['max']}; "
+            f"the cut falls {fmt(w['cut_s']['min'])}–{fmt(w['cut_s']['max'])} s (median "
+            f"{fmt(w['cut_s']['median'])} s) after the start."
+            + (" Runs whose TTFT never settled (overloaded; cut capped at half the run): "
+               + ", ".join(f"`{u['design']}` at {fmt(u['rate'])} req/s seed {u['seed']}"
+                           for u in w["unsettled_jobs"]) + "." if w["unsettled_jobs"] else ""),
+            "- Steady-state metrics count requests that arrived after the cut; throughputs "
+            "divide by the time from the cut to their last completion.", "",
+            "## Mean per design (± 95% CI over seeds)", ""]
+    means = pd.DataFrame(r["means"])
+    if len(means):
+        designs = r["designs"]
+        rows = []
+        for _, g in means.groupby([*groups, "metric"], sort=False, dropna=False):
+            by = {d: fmt_pm(x["mean"], x["ci"]) for d, x in
+                  zip(g["design"], g.to_dict("records"), strict=True)}
+            first = g.iloc[0]
+            unit = metric_unit(first["metric"])
+            rows.append([setting_text(first, groups) or "-",
+                         metric_label(first["metric"]) + (f" ({unit})" if unit else ""),
+                         *(by.get(d, "-") for d in designs)])
+        out += [md_table(["setting", "metric", *(f"`{d}`" for d in designs)], rows), ""]
+    diffs = pd.DataFrame(r["differences"])
+    if len(diffs):
+        out += [f"## Paired differences vs `{r['baseline']}` (design − baseline)", ""]
+        rows = [[f"`{x['design']}`", setting_text(x, groups) or "-", metric_label(x["metric"]),
+                 fmt_pm(x["diff"], x["ci"]), fmt(x["p"]), fmt(x["p_adj"]),
+                 _significance(x)] for x in diffs.to_dict("records")]
+        out += [md_table(["design", "setting", "metric", "difference ± 95% CI", "p",
+                          "p adjusted", "significant"], rows), ""]
+    out += ["## Plots", ""] + [f"![{p}]({p})" for p in r.get("plots", [])]
+    return "\n".join(out) + "\n"
+
+
+def _significance(row: dict) -> str:
+    if not row["significant"]:
+        return "no"
+    return "yes, negligible" if row.get("negligible") else "yes"
+
+
+def write_report(root: Path) -> Path:
+    """Write ``root/report.md`` for whatever ``root`` holds; returns its path."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ConfigError("DIR", str(root), "an existing output directory")
+    if (root / "capacity.json").exists():
+        from analysis.capacity_report import capacity_markdown
+        text = capacity_markdown(json.loads((root / "capacity.json").read_text()))
+    elif (root / "compare.json").exists():
+        text = compare_markdown(json.loads((root / "compare.json").read_text()))
+    elif any(root.glob("*/.hydra/overrides.yaml")):
+        text = sweep_markdown(root)
+    elif (root / "summary.json").exists():
+        text = run_markdown(root)
+    else:
+        raise ConfigError("DIR", str(root), "a run, sweep, comparison or capacity output "
+                          "directory (summary.json, job folders, compare.json or capacity.json)")
+    path = root / "report.md"
+    path.write_text(text)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m analysis.report DIR``: exit code 2 with one line on bad input."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        if len(args) != 1:
+            raise ConfigError("DIR", " ".join(args) or None, "exactly one output directory")
+        path = write_report(Path(args[0]))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
