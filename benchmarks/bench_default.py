@@ -1,6 +1,7 @@
 """Speed and memory of the default chat workload on one replica near saturation.
 
     python benchmarks/bench_default.py [--sizes 10000 30000 100000] [--load 0.8]
+        [--overrides scheduler=sglang kv_cache.prefix_caching=true] [--tag sglang_prefix]
 
 1. Finds the sustainable rate of one replica (Llama-3.1-8B, H100, vLLM scheduler, chat
    lengths) as the request throughput of a saturated closed loop (1024 clients).
@@ -9,14 +10,17 @@
    requests per wall second, and peak resident memory of that process.
 3. Fits the exponent b of time ∝ N^b (1 = linear).
 
-Results go to stdout and ``benchmarks/results/bench_default.json``. Not a test: timings
-depend on the machine.
+``--overrides`` apply to every run (the closed loop too). Results go to stdout and
+``benchmarks/results/bench_default[_<tag>].json`` with the machine's load average at the start
+and end of each run (other processes share the CPUs). Not a test: timings depend on the
+machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -59,10 +63,10 @@ def run_once(overrides: list[str], seed: int = 0) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def sustainable_rate() -> float:
+def sustainable_rate(overrides: list[str]) -> float:
     """Request throughput of one replica kept saturated by a 1024-client closed loop."""
     r = run_once(["workload=closed_loop", "workload.concurrency=1024",
-                  "workload.num_requests=8000"])
+                  "workload.num_requests=8000"] + overrides)
     return r["request_throughput"]
 
 
@@ -70,37 +74,44 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
     ap.add_argument("--load", type=float, default=0.8)
+    ap.add_argument("--overrides", nargs="*", default=[], help="config overrides of every run")
+    ap.add_argument("--tag", default="", help="results file suffix")
     ap.add_argument("--child", nargs=2, metavar=("N", "RATE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         n, rate = int(a.child[0]), float(a.child[1])
         print(json.dumps(run_once(["workload=chat", f"workload.rate={rate}",
-                                   f"workload.num_requests={n}"])))
+                                   f"workload.num_requests={n}"] + a.overrides)))
         return 0
-    cap = sustainable_rate()
+    cap = sustainable_rate(a.overrides)
     rate = round(a.load * cap, 3)
     print(f"sustainable rate {cap:.2f} req/s; benchmarking at {a.load:.0%} = {rate} req/s")
     rows = []
     for n in a.sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), str(rate)],
+        load_before = os.getloadavg()[0]
+        out = subprocess.run([sys.executable, __file__, "--child", str(n), str(rate),
+                              "--overrides", *a.overrides],
                              check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
-        r.update(num_requests=n, requests_per_wall_s=n / (r["build_s"] + r["simulate_s"]))
+        r.update(num_requests=n, requests_per_wall_s=n / (r["build_s"] + r["simulate_s"]),
+                 load_average=[load_before, os.getloadavg()[0]])
         rows.append(r)
         print(f"{n:>8} requests: simulate {r['simulate_s']:6.1f} s + build {r['build_s']:.1f} s, "
               f"{r['requests_per_wall_s']:7.0f} req/s, {r['steps']:>8} steps, "
               f"peak RSS {r['peak_rss_mb']:6.0f} MB, achieved {r['request_throughput']:.2f} "
               f"req/s, median TTFT {r['median_ttft_ms']:.0f} ms, TPOT {r['median_tpot_ms']:.1f}"
-              " ms")
+              f" ms, load {r['load_average'][0]:.2f}→{r['load_average'][1]:.2f}")
     fit = stats.linregress(np.log([r["num_requests"] for r in rows]),
                            np.log([r["simulate_s"] for r in rows])) if len(rows) > 1 else None
     if fit is not None:
         print(f"time ∝ N^{fit.slope:.3f} (1.0 = linear)")
     doc = {"machine": f"{platform.processor() or platform.machine()}, {platform.python_version()}",
+           "cpus": os.cpu_count(), "overrides": a.overrides,
            "sustainable_rate": cap, "rate": rate, "load": a.load, "runs": rows,
            "time_exponent": None if fit is None else fit.slope}
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "bench_default.json").write_text(json.dumps(doc, indent=2) + "\n")
+    name = f"bench_default_{a.tag}.json" if a.tag else "bench_default.json"
+    (HERE / "results" / name).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

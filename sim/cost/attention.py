@@ -122,6 +122,8 @@ class AttentionOps:
         if g.mla or kind == "sliding":
             window = g.window if kind == "sliding" else None
             pairs, keys = window_pairs_and_keys(q, ctx, window)
+        if kind == "full" and len(q) == 1 and (one := self._one_chunk(name, q, ctx)):
+            return one
         if not g.mla:
             if kind == "full":
                 f, b = prefill_attention_work(q.astype(np.float64), ctx.astype(np.float64),
@@ -150,6 +152,8 @@ class AttentionOps:
             return [_const(p.attention("linear_attn_decode", _one(f.sum()), _one(b.sum()), 1.0,
                                        S, prefill=False).op(), k)]
         name = "attn_decode" if kind == "full" else "attn_decode_sliding"
+        if kind == "full" and k == 1 and (one := self._one_step(name, ctx)):
+            return one
         if kind == "full":  # Σ ctx + j·S cached keys, plus each new token itself
             cached = float(ctx.sum()) + S * np.arange(k, dtype=np.float64)
         else:
@@ -166,3 +170,29 @@ class AttentionOps:
         return [_const(absorb, k), p.attention(name, f, b, 1.0, S, prefill=False,
                                                head_dim=r + rope, kv_heads=1),
                 _const(v_up, k)]
+
+    # ---- one chunk or one step of full GQA attention on Python floats: the general path's
+    # operations in the same order (numpy's per-call cost would be most of a step's pricing);
+    # None where they do not apply
+
+    def _one_chunk(self, name: str, q: np.ndarray, ctx: np.ndarray) -> list | None:
+        """``prefill`` of one chunk of ``q[0]`` tokens over ``ctx[0]`` on a full layer."""
+        g = self.g
+        if g.mla:
+            return None
+        f, b = prefill_attention_work(float(q[0]), float(ctx[0]), g.heads, g.kv_heads,
+                                      g.head_dim, g.kv_bytes)
+        return [self.p.attention_op(name, f, b, float(q.sum()) / len(q), len(q), prefill=True,
+                                    head_dim=g.head_dim, kv_heads=g.kv_heads)]
+
+    def _one_step(self, name: str, ctx: np.ndarray) -> list | None:
+        """``decode`` of one step of sequences with ``ctx`` cached tokens on a full layer."""
+        g, S = self.g, len(ctx)
+        if g.mla:
+            return None
+        f, b = decode_attention_work(float(ctx.sum()) + S * 0.0, S, g.heads, g.kv_heads,
+                                     g.head_dim, g.kv_bytes)
+        op = self.p.attention_op(name, f, b, 1.0, S, prefill=False, head_dim=g.head_dim,
+                                 kv_heads=g.kv_heads)
+        return [Kernel(name, np.array([f]), np.array([b]), np.array([op.time_s]),
+                       np.array([op.bound == "compute"]))]

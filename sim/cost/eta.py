@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.cost.eta_plan import TablePlan
+
 
 def _sig(x, digits: int = 5):
     """Round to ``digits`` significant digits (keeps calibrated files short and stable)."""
@@ -34,6 +36,32 @@ def knot_cell(log2x: np.ndarray, knots: np.ndarray):
 _SCALARS = (int, float, np.integer, np.floating)
 
 
+def scalar_cell(x, kn: list) -> tuple[int, int, float]:
+    """(left knot, right knot, weight of the right one) of a scalar ``x`` among the log2
+    knots ``kn`` (a list of floats), clamped; x ≤ 0 sits at the first knot."""
+    last = len(kn) - 1
+    lx = math.log2(x) if x > 0 else kn[0]
+    if lx <= kn[0] or last == 0:
+        return 0, min(1, last), 0.0
+    if lx >= kn[last]:
+        return last - 1, last, 1.0
+    i = bisect.bisect_right(kn, lx) - 1
+    return i, i + 1, (lx - kn[i]) / (kn[i + 1] - kn[i])
+
+
+def scalar_value(f: list, cells: list) -> float:
+    """ln(factor) interpolated in a 1- or 2-axis table ``f`` (nested lists) at ``cells``."""
+    if len(cells) == 1:
+        (i, i1, w), = cells
+        return f[i] * (1 - w) + f[i1] * w
+    (i, i1, u), (j, j1, v) = cells
+    return ((1 - u) * ((1 - v) * f[i][j] + v * f[i][j1])
+            + u * ((1 - v) * f[i1][j] + v * f[i1][j1]))
+
+
+MEMO_SIZE = 4096  # remembered scalar points per term
+
+
 @dataclass(frozen=True, eq=False)
 class Term:
     """One smooth factor of an efficiency: a table over one or two shape variables (``axes``)
@@ -48,6 +76,7 @@ class Term:
         # plain-Python copies for the scalar path (the simulator prices one step at a time)
         object.__setattr__(self, "_kn", [list(map(float, k)) for k in self.log2_knots])
         object.__setattr__(self, "_f", np.asarray(self.log_factor, dtype=float).tolist())
+        object.__setattr__(self, "_memo", {})
 
     def __call__(self, shape: dict) -> np.ndarray:
         """ln(factor) at the shape variables ``shape[axis]`` (scalars or arrays)."""
@@ -65,25 +94,23 @@ class Term:
         return ((1 - u) * ((1 - v) * f[i, j] + v * f[i, j1])
                 + u * ((1 - v) * f[i1, j] + v * f[i1, j1]))
 
-    def _scalar(self, xs: list) -> float:
-        cells = []
-        for x, kn in zip(xs, self._kn, strict=True):
-            last = len(kn) - 1
-            lx = math.log2(x) if x > 0 else kn[0]
-            if lx <= kn[0] or last == 0:
-                cells.append((0, min(1, last), 0.0))
-            elif lx >= kn[last]:
-                cells.append((last - 1, last, 1.0))
-            else:
-                i = bisect.bisect_right(kn, lx) - 1
-                cells.append((i, i + 1, (lx - kn[i]) / (kn[i + 1] - kn[i])))
-        f = self._f
-        if len(cells) == 1:
-            (i, i1, w), = cells
-            return f[i] * (1 - w) + f[i1] * w
-        (i, i1, u), (j, j1, v) = cells
-        return ((1 - u) * ((1 - v) * f[i][j] + v * f[i][j1])
-                + u * ((1 - v) * f[i1][j] + v * f[i1][j1]))
+    def scalar(self, xs: tuple) -> float:
+        """ln(factor) at scalar shape variables ``xs`` (in ``axes`` order), remembered: a
+        step's GEMM and per-batch attention variables recur all the time. Equal keys give
+        equal results (``int``/``float`` keys compare by exact value), so the memo changes
+        nothing; it is emptied when full, which bounds its memory."""
+        memo = self._memo
+        v = memo.get(xs)
+        if v is None:
+            v = self._scalar(xs)
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[xs] = v
+        return v
+
+    def _scalar(self, xs) -> float:
+        return scalar_value(self._f, [scalar_cell(x, kn)
+                                      for x, kn in zip(xs, self._kn, strict=True)])
 
     @classmethod
     def from_dict(cls, d: dict) -> Term:
@@ -105,6 +132,40 @@ class Term:
                 "factor": factor.tolist()}
 
 
+class ScalarPlan:
+    """Evaluates ``etas`` together at scalar shape variables, as ``Eta.reference``'s scalar
+    path does term by term, but finding each distinct (variable, knots) cell once (a GEMM's
+    compute and memory η share their m, n and k cells)."""
+
+    def __init__(self, etas: tuple[Eta, ...]) -> None:
+        cells: dict = {}
+        self.terms = []  # (cell rows, table as nested lists)
+        self.etas = []  # (scale, term rows, whether it has terms)
+        for eta in etas:
+            rows = []
+            for t in eta.terms:
+                rows.append(len(self.terms))
+                self.terms.append(([cells.setdefault((a, tuple(kn)), len(cells))
+                                    for a, kn in zip(t.axes, t._kn, strict=True)], t._f))
+            self.etas.append((eta.scale, rows, bool(eta.terms)))
+        self.cells = [(a, list(kn)) for a, kn in cells]
+
+    def __call__(self, shape: dict) -> list:
+        """Each eta's value at ``shape``, equal to its ``reference``."""
+        cells = [scalar_cell(shape[a], kn) for a, kn in self.cells]
+        values = [scalar_value(f, [cells[c] for c in cs]) for cs, f in self.terms]
+        out = []
+        for scale, rows, has_terms in self.etas:
+            if not has_terms:
+                out.append(scale)
+                continue
+            log = 0.0
+            for r in rows:
+                log = log + values[r]
+            out.append(scale * math.exp(log))
+        return out
+
+
 @dataclass(frozen=True, eq=False)
 class Eta:
     """An efficiency (fraction of a peak) that varies with the shape: ``scale × Π term``.
@@ -115,8 +176,16 @@ class Eta:
     scale: float
     terms: tuple[Term, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_plans", {})
+
     def __call__(self, **shape) -> np.ndarray:
-        """η at the shape variables (keyword arguments named like the terms' axes)."""
+        """η at the shape variables (keyword arguments named like the terms' axes); equal
+        bit for bit to ``reference``, faster (``sim.cost.eta_plan``)."""
+        return evaluate((self,), shape)[0]
+
+    def reference(self, **shape) -> np.ndarray:
+        """η evaluated term by term: the definition ``__call__`` reproduces exactly."""
         if not self.terms:
             return self.scale
         log = 0.0
@@ -136,3 +205,30 @@ class Eta:
         if not self.terms:
             return _sig(self.scale)
         return {"scale": _sig(self.scale), "terms": [t.to_dict() for t in self.terms]}
+
+
+def evaluate(etas: tuple[Eta, ...], shape: dict, points: frozenset | None = None) -> list:
+    """The value of each of ``etas`` at the same shape variables, each equal bit for bit to
+    its ``reference``: scalar terms through ``Term.scalar``, array-valued ones through one
+    ``TablePlan`` for all of ``etas`` (e.g. the compute and memory η of one kernel).
+
+    ``points`` names variables given as floats that stand for one-element arrays: the
+    results are then floats equal to the reference's one-element arrays (one step priced
+    without numpy's per-call cost)."""
+    arrays = points or frozenset(a for a, x in shape.items() if not isinstance(x, _SCALARS))
+    key = (tuple(map(id, etas)), arrays)
+    plans = etas[0]._plans
+    plan = plans.get(key)
+    if plan is None:
+        plan = plans[key] = TablePlan(etas, arrays) if arrays else ScalarPlan(etas)
+    if not arrays:
+        return plan(shape)
+    if points is not None:
+        out = plan.point(shape) if plan.usable else None
+        if out is None:  # the reference on one-element arrays
+            one = {a: np.array([x], dtype=np.float64) if a in points else x
+                   for a, x in shape.items()}
+            out = [float(np.asarray(eta.reference(**one)).reshape(-1)[0]) for eta in etas]
+        return out
+    out = plan(shape) if plan.usable else None
+    return out if out is not None else [eta.reference(**shape) for eta in etas]

@@ -13,11 +13,19 @@ calibration (``python -m calibration fit``) fits the tables to measured kernel t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.cost.eta import _SCALARS, Eta, Term, _sig, knot_cell  # noqa: F401  (re-exported)
+from sim.cost.eta import (  # noqa: F401  (Term, knot_cell re-exported)
+    _SCALARS,
+    Eta,
+    Term,
+    _sig,
+    evaluate,
+    knot_cell,
+)
 
 
 def _eta(v) -> Eta:
@@ -65,6 +73,9 @@ class GemmEfficiency:
     def _unaligned(self, m, factor: float):
         if factor == 1.0:
             return 1.0
+        if isinstance(m, _SCALARS):  # one GEMM: the same test without numpy's call cost
+            m = float(m)
+            return factor if m > self.align_m and m % self.align_m != 0 else 1.0
         m = np.asarray(m, dtype=np.float64)
         return np.where((m > self.align_m) & (np.mod(m, self.align_m) != 0), factor, 1.0)
 
@@ -293,8 +304,9 @@ def gemm_time(e: GemmEfficiency, m, n, k, peak_flops: float, peak_bw: float, in_
     f, b = gemm_work(m, n, k, in_bytes, out_bytes)
     if e.tile_m and e.tile_n:
         f = f * wave_quantization(m, n, e.tile_m, e.tile_n, num_sms)
-    return roofline(f, b, peak_flops, peak_bw, e.compute_eta(m, n, k), e.memory_eta(m, n, k),
-                    e.launch_s)
+    eta_c, eta_m = evaluate((e.compute, e.memory), {"m": m, "n": n, "k": k})
+    return roofline(f, b, peak_flops, peak_bw, eta_c * e._unaligned(m, e.unaligned_compute),
+                    eta_m * e._unaligned(m, e.unaligned_memory), e.launch_s)
 
 
 def attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim: float = 128.0,
@@ -306,17 +318,30 @@ def attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim: float = 128.0,
     heads per KV head)."""
     if all(isinstance(v, _SCALARS) for v in (flops, nbytes, q_per_seq, num_seqs, head_dim,
                                                kv_heads)):
-        s, kvh = max(float(num_seqs), 1.0), max(float(kv_heads), 1.0)
-        kv = max(nbytes / s, 1.0)
-        return {"q": max(float(q_per_seq), 1.0), "s": s, "u": s * kvh, "d": float(head_dim),
-                "kv": kv, "c": max(kv / (kvh * head_dim), 1.0),
-                "i": max(flops / max(nbytes, 1.0), 1e-3)}
-    s = np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
-    kvh = np.maximum(kv_heads, 1.0)
+        return scalar_attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim, kv_heads)
+    s, kvh = _at_least_one(num_seqs), _at_least_one(kv_heads)
     kv = np.maximum(nbytes / s, 1.0)
-    return {"q": np.maximum(q_per_seq, 1.0), "s": s, "u": s * kvh, "d": head_dim, "kv": kv,
+    return {"q": _at_least_one(q_per_seq), "s": s, "u": s * kvh, "d": head_dim, "kv": kv,
             "c": np.maximum(kv / (kvh * head_dim), 1.0),
             "i": np.maximum(flops / np.maximum(nbytes, 1.0), 1e-3)}
+
+
+def _at_least_one(x):
+    """max(x, 1) as a float for a scalar (numpy's call cost is most of a decode window's
+    pricing), elementwise for an array; the same values either way."""
+    if isinstance(x, _SCALARS):
+        return max(float(x), 1.0)
+    return np.maximum(np.asarray(x, dtype=np.float64), 1.0)
+
+
+def scalar_attention_axes(flops: float, nbytes: float, q_per_seq, num_seqs, head_dim,
+                          kv_heads) -> dict:
+    """``attention_axes`` of scalars (plain Python; equal to the array form elementwise)."""
+    s, kvh = max(float(num_seqs), 1.0), max(float(kv_heads), 1.0)
+    kv = max(nbytes / s, 1.0)
+    return {"q": max(float(q_per_seq), 1.0), "s": s, "u": s * kvh, "d": float(head_dim),
+            "kv": kv, "c": max(kv / (kvh * head_dim), 1.0),
+            "i": max(flops / max(nbytes, 1.0), 1e-3)}
 
 
 def attention_time(e: AttentionEfficiency, flops, nbytes, q_per_seq, num_seqs, peak_flops: float,
@@ -326,10 +351,11 @@ def attention_time(e: AttentionEfficiency, flops, nbytes, q_per_seq, num_seqs, p
     ``flops`` work and moving ``nbytes``, with ``q_per_seq`` query tokens per sequence,
     ``head_dim`` and ``kv_heads`` KV heads on this GPU (MLA's latent cache: one KV head)."""
     x = attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim, kv_heads)
-    t, cb = roofline(flops, nbytes, peak_flops, peak_bw, e.compute(**x), e.memory(**x),
-                     e.launch_s)
+    eta_c, eta_m = evaluate((e.compute, e.memory), x)  # both tables in one pass
+    t, cb = roofline(flops, nbytes, peak_flops, peak_bw, eta_c, eta_m, e.launch_s)
     if e.unit_s:
-        units = x["u"] * np.ceil(x["q"] / e.block_q)
+        q = x["q"] / e.block_q
+        units = x["u"] * (math.ceil(q) if isinstance(q, _SCALARS) else np.ceil(q))
         t = t + e.unit_s * units / num_sms
     return t, cb
 
@@ -382,6 +408,6 @@ def moe_time(e: GemmEfficiency, num_tokens, hidden: int, inter: int, num_experts
     weights = distinct_experts * 3.0 * hidden * inter * w_bytes
     acts = pairs * (hidden * 2 + 2 * inter * 2 + inter * 2 + hidden * 2)
     x = moe_axes(num_tokens, inter, hidden, topk, distinct_experts)
-    t, cb = roofline(flops, weights + acts, peak_flops, peak_bw, e.compute(**x), e.memory(**x),
-                     e.launch_s)
+    eta_c, eta_m = evaluate((e.compute, e.memory), x)
+    t, cb = roofline(flops, weights + acts, peak_flops, peak_bw, eta_c, eta_m, e.launch_s)
     return t + e.per_expert_s * np.asarray(distinct_experts, dtype=np.float64), cb

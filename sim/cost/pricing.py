@@ -14,6 +14,7 @@ math dtype whose peak they run against.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,13 +22,17 @@ import numpy as np
 from sim.config import HardwareConfig
 from sim.config.common import WEIGHT_DTYPE_BYTES, is_fp8
 from sim.cost.base import OperatorCost
+from sim.cost.eta import evaluate
+from sim.cost.memo import Memo
 from sim.cost.operators import (
+    AttentionEfficiency,
     Efficiency,
     attention_time,
     comm_time,
     gemm_time,
     gemm_work,
     moe_time,
+    scalar_attention_axes,
 )
 from sim.errors import ConfigError
 
@@ -50,6 +55,27 @@ class Kernel:
         return OperatorCost(self.name, 1, float(self.flops[step]), float(self.bytes[step]),
                             float(self.time[step]),
                             "compute" if self.compute_bound[step] else "memory", self.dtype)
+
+
+ATTENTION_ARRAY_AXES = frozenset(("kv", "c", "i"))  # attention_axes' variables of flops, bytes
+
+
+def attention_point_time(e: AttentionEfficiency, flops: float, nbytes: float, q_per_seq,
+                         num_seqs: int, peak_flops: float, peak_bw: float, head_dim: float,
+                         kv_heads: float, num_sms: int) -> tuple[float, bool]:
+    """``attention_time`` of one-element ``flops`` and ``nbytes`` arrays, bit for bit, on
+    Python floats (a step prices its attention once; numpy's per-call cost would dominate):
+    the same operations in the same order, the efficiencies through ``evaluate``'s
+    one-element-array semantics."""
+    x = scalar_attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim, kv_heads)
+    eta_c, eta_m = evaluate((e.compute, e.memory), x, ATTENTION_ARRAY_AXES)
+    t_compute = flops / (peak_flops * eta_c)
+    t_memory = nbytes / (peak_bw * eta_m)
+    t = max(t_compute, t_memory) + e.launch_s
+    if e.unit_s:
+        units = x["u"] * math.ceil(x["q"] / e.block_q)
+        t = t + e.unit_s * units / num_sms
+    return t, t_compute >= t_memory
 
 
 def moe_work(num_tokens, hidden: int, inter: int, topk: int, distinct, w_bytes: float):
@@ -82,6 +108,9 @@ class Pricer:
 
     def __init__(self, hw: HardwareConfig, eff: Efficiency) -> None:
         self.hw, self.eff = hw, eff
+        # a step prices the same GEMMs, experts and collectives over and over (their shapes
+        # depend on token and sequence counts only); each price is a pure function of its key
+        self._memo = Memo(16384)
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s of the tensor cores for ``dtype``."""
@@ -98,6 +127,10 @@ class Pricer:
 
     def gemm(self, name: str, m, n: int, k: int, dtype: str) -> OperatorCost:
         """C[m,n] = A[m,k]·B[k,n] with weights (B) in ``dtype``."""
+        return self._memo.get_or(("gemm", name, m, n, k, dtype),
+                                 lambda: self._gemm(name, m, n, k, dtype))
+
+    def _gemm(self, name: str, m, n: int, k: int, dtype: str) -> OperatorCost:
         w_bytes = WEIGHT_DTYPE_BYTES[dtype]
         f, b = gemm_work(m, n, k, w_bytes)
         t, cb = gemm_time(self.eff.gemm[efficiency_key(dtype, self.eff.gemm)], m, n, k,
@@ -116,6 +149,12 @@ class Pricer:
     def comm(self, name: str, kind: str, nbytes: float, gpus: int, link_bw: float,
              extra_latency_s: float = 0.0) -> OperatorCost:
         """One collective of ``kind`` moving a message of ``nbytes`` among ``gpus`` GPUs."""
+        return self._memo.get_or(
+            ("comm", name, kind, nbytes, gpus, link_bw, extra_latency_s),
+            lambda: self._comm(name, kind, nbytes, gpus, link_bw, extra_latency_s))
+
+    def _comm(self, name: str, kind: str, nbytes: float, gpus: int, link_bw: float,
+              extra_latency_s: float) -> OperatorCost:
         t = comm_time(self.eff.comm[kind], kind, nbytes, gpus, link_bw) + extra_latency_s
         return OperatorCost(name, 1, 0.0, float(nbytes), float(t), "comm")
 
@@ -126,10 +165,25 @@ class Pricer:
         one shape (one entry per step); ``head_dim`` and ``kv_heads`` (per GPU) shape its
         calibrated efficiency."""
         e = self.eff.attention_prefill if prefill else self.eff.attention_decode
+        if len(flops) == 1:  # one step
+            op = self.attention_op(name, float(flops[0]), float(nbytes[0]), q_per_seq,
+                                   num_seqs, prefill, head_dim, kv_heads)
+            return Kernel(name, flops, nbytes, np.array([op.time_s]),
+                          np.array([op.bound == "compute"]))
         t, cb = attention_time(e, flops, nbytes, q_per_seq, num_seqs, self.hw.bf16_flops,
                                self.hw.hbm_bandwidth, head_dim=head_dim, kv_heads=kv_heads,
                                num_sms=self.hw.num_sms)
         return Kernel(name, flops, nbytes, t, cb)
+
+    def attention_op(self, name: str, flops: float, nbytes: float, q_per_seq, num_seqs: int,
+                     prefill: bool, head_dim: float = 128.0,
+                     kv_heads: float = 8.0) -> OperatorCost:
+        """One step's attention-like kernel from float work: ``attention(…).op()`` of
+        one-element arrays, without building them."""
+        e = self.eff.attention_prefill if prefill else self.eff.attention_decode
+        t, cb = attention_point_time(e, flops, nbytes, q_per_seq, num_seqs, self.hw.bf16_flops,
+                                     self.hw.hbm_bandwidth, head_dim, kv_heads, self.hw.num_sms)
+        return OperatorCost(name, 1, flops, nbytes, t, "compute" if cb else "memory", "bfloat16")
 
     def experts(self, name: str, num_tokens, hidden: int, inter: int, num_experts: int,
                 topk: int, distinct, dtype: str, w_bytes: float,
@@ -137,6 +191,13 @@ class Pricer:
         """Routed experts' grouped GEMMs: ``num_tokens·topk`` pairs on ``num_experts`` local
         experts of which ``distinct`` are touched; math at the peak of ``dtype``, weights of
         ``w_bytes``, efficiency ``eff.moe[eff_key]`` (default: that of ``dtype``)."""
+        args = (name, num_tokens, hidden, inter, num_experts, topk, distinct, dtype, w_bytes,
+                eff_key)
+        return self._memo.get_or(("experts",) + args, lambda: self._experts(*args))
+
+    def _experts(self, name: str, num_tokens, hidden: int, inter: int, num_experts: int,
+                 topk: int, distinct, dtype: str, w_bytes: float,
+                 eff_key: str | None) -> OperatorCost:
         e = self.eff.moe[efficiency_key(eff_key or dtype, self.eff.moe)]
         t, cb = moe_time(e, num_tokens, hidden, inter, num_experts,
                          topk, distinct, self.peak(dtype), self.hw.hbm_bandwidth, w_bytes,

@@ -27,6 +27,7 @@ from sim.cost.attention import AttentionOps
 from sim.cost.base import OperatorCost, StepCost
 from sim.cost.layers import head_ops, layer_token_ops
 from sim.cost.layout import ATTENTION_KINDS, FFN_KINDS, LayerCounts, PerGpu, stage_layer_counts
+from sim.cost.memo import Memo
 from sim.cost.moe import expert_efficiency_key, expert_math_dtype
 from sim.cost.operators import Efficiency
 from sim.cost.pipeline import makespan, micro_batches, send_ops
@@ -124,40 +125,39 @@ class RooflineCostModel:
         # per stage: (attention kind, layers of it) with at least one layer
         self._stage_attention = [[(k, s.of(k)) for k in self.attention_kinds if s.of(k)]
                                  for s in self.stages]
-        self._token_parts: dict[tuple[int, int], list[np.ndarray]] = {}
-        self._head_parts: dict[tuple[int, int], np.ndarray] = {}
-        self._sends: dict[int, float] = {}
+        # bounded memos of pure functions of (tokens, sequences); the token-count operators
+        # depend on the sequence count only through linear attention's convolution state
+        self._token_parts = Memo(16384)
+        self._token_key_seqs = bool(self.g.lin_value_heads)
+        self._head_parts = Memo(16384)
+        self._sends = Memo(4096)
 
     # ---- cached pieces (only their (compute, memory, comm) totals are kept) -------------------
     def _stage_token_parts(self, T: int, S: int) -> list[np.ndarray]:
         """(compute, memory, comm) of each stage's token-count operators."""
-        key = (T, S)
-        if key not in self._token_parts:
-            ops = layer_token_ops(self.p, self.g, self.hw, T, S)
-            per_kind = {kind: _parts(ops[kind]) for kind in ops}
-            stages = []
-            for counts in self.stages:
-                total = np.zeros(3)
-                for kind in ATTENTION_KINDS + FFN_KINDS:
-                    if counts.of(kind):
-                        total = total + counts.of(kind) * per_kind[kind]
-                stages.append(total)
-            self._token_parts[key] = stages
-        return self._token_parts[key]
+        key = (T, S) if self._token_key_seqs else T
+        return self._token_parts.get_or(key, lambda: self._token_stage_parts(T, S))
+
+    def _token_stage_parts(self, T: int, S: int) -> list[np.ndarray]:
+        ops = layer_token_ops(self.p, self.g, self.hw, T, S)
+        per_kind = {kind: _parts(ops[kind]) for kind in ops}
+        stages = []
+        for counts in self.stages:
+            total = np.zeros(3)
+            for kind in ATTENTION_KINDS + FFN_KINDS:
+                if counts.of(kind):
+                    total = total + counts.of(kind) * per_kind[kind]
+            stages.append(total)
+        return stages
 
     def _head(self, T: int, S: int) -> np.ndarray:
-        key = (T, S)
-        if key not in self._head_parts:
-            pre, post = head_ops(self.p, self.g, self.hw, T, S)
-            self._head_parts[key] = _parts(pre + post)
-        return self._head_parts[key]
+        return self._head_parts.get_or((T, S), lambda: _parts(
+            sum(head_ops(self.p, self.g, self.hw, T, S), [])))
 
     def _send_time(self, tokens: int) -> float:
         """Sends of a ``tokens``-token micro-batch along the pipeline's fill path."""
-        if tokens not in self._sends:
-            self._sends[tokens] = sum(op.time_s for op in send_ops(
-                self.p, self.hw, self.tp, self.pp, tokens, self.g.hidden))
-        return self._sends[tokens]
+        return self._sends.get_or(tokens, lambda: sum(op.time_s for op in send_ops(
+            self.p, self.hw, self.tp, self.pp, tokens, self.g.hidden)))
 
     # ---- attention of a micro-batch ---------------------------------------------------------
     def _attention_ops(self, kind: str, n: np.ndarray, c: np.ndarray) -> list[OperatorCost]:
