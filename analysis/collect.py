@@ -23,7 +23,7 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from analysis.report import _atomic_write
+from analysis.report import atomic_write
 from sim.errors import ConfigError
 
 SUMMARY_STEM = "sweep_summary"
@@ -170,8 +170,8 @@ def write_sweep_summary(path: str | Path) -> Path:
     root = Path(path)
     table = collect_sweep(root)
     parquet, csv = root / f"{SUMMARY_STEM}.parquet", root / f"{SUMMARY_STEM}.csv"
-    _atomic_write(parquet, lambda p: table.to_parquet(p, index=False))
-    _atomic_write(csv, lambda p: table.to_csv(p, index=False))
+    atomic_write(parquet, lambda p: table.to_parquet(p, index=False))
+    atomic_write(csv, lambda p: table.to_csv(p, index=False))
     return parquet
 
 

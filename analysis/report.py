@@ -17,7 +17,7 @@ from sim.records import Records
 KINDS = ("step", "kv_transfer")  # codes of the timeline's ``kind`` column
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     """Write through a temp file in the same folder, then rename over ``path``."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -47,12 +47,12 @@ def write_run(records: Records, summary: dict, outdir: Path) -> None:
     tl["bound"] = pd.Categorical.from_codes(tl["bound"].astype(int), categories=list(BOUNDS))
     if "kind" in tl:
         tl["kind"] = pd.Categorical.from_codes(tl["kind"].astype(int), categories=list(KINDS))
-    _atomic_write(
+    atomic_write(
         outdir / "requests.parquet", lambda p: records.requests.to_parquet(p, index=False)
     )
-    _atomic_write(outdir / "timeline.parquet", lambda p: tl.to_parquet(p, index=False))
+    atomic_write(outdir / "timeline.parquet", lambda p: tl.to_parquet(p, index=False))
     text = json.dumps(_json_safe(summary), indent=2) + "\n"
-    _atomic_write(outdir / "summary.json", lambda p: Path(p).write_text(text))
+    atomic_write(outdir / "summary.json", lambda p: Path(p).write_text(text))
 
 
 def format_summary(s: dict) -> str:

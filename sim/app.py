@@ -27,7 +27,7 @@ from analysis.collect import FAILED_JSON
 from analysis.config import SLOConfig, check_slo
 from analysis.metrics import summarize
 from analysis.plots import write_plots
-from analysis.report import _atomic_write, format_summary, write_run
+from analysis.report import atomic_write, format_summary, write_run
 from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_for_seed
 from sim.builders import check_config, pool_memory_budgets
 from sim.config import (
@@ -144,7 +144,7 @@ def write_failure(outdir: Path, error: BaseException, overrides: list[str]) -> d
     outdir.mkdir(parents=True, exist_ok=True)
     path = outdir / FAILED_JSON
     text = json.dumps(record, indent=2) + "\n"
-    _atomic_write(path, lambda p: Path(p).write_text(text))
+    atomic_write(path, lambda p: Path(p).write_text(text))
     return record
 
 
