@@ -2,7 +2,9 @@
 
 Hydra reports an unknown option or key over several lines; this check composes the same
 config with Hydra's compose API and, on failure, prints one line naming the field and the
-value, then exits with code 2. Sweeps (``-m``) and Hydra's own flags are left to Hydra.
+value, then exits with code 2. In a sweep (``-m``) every value of every swept key is
+composed once (the other sweeps held at their first value), so ``scheduler=vllm,bogus`` is
+refused the same way before any job starts; Hydra's other flags are left to Hydra.
 
 It also expands ``model=<path to a Hugging Face config.json, or its folder>`` into
 ``model=base_model`` plus one ``model.<field>=<value>`` override per schema field read from
@@ -112,6 +114,40 @@ def check_overrides(argv: list[str]) -> None:
         if sys.argv[1:] == argv:
             sys.argv[1:] = expanded
         argv[:] = expanded
-    if any(a.startswith("-") for a in argv):
-        return  # -m, --help, --cfg, ...: Hydra handles these itself
-    compose_or_exit([a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))])
+    flags = [a for a in argv if a.startswith("-")]
+    own = [a for a in argv if not a.startswith("-")
+           and not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    if not flags:
+        compose_or_exit(own)
+    elif set(flags) <= {"-m", "--multirun"}:
+        for overrides in sweep_variants(own):
+            compose_or_exit(overrides)
+    # --help, --cfg, ...: Hydra handles these itself
+
+
+def sweep_variants(overrides: list[str]) -> list[list[str]]:
+    """Override lists that together try every value of every simple sweep in ``overrides``
+    once: each sweep at its first value, then one list per other value of one sweep. Range,
+    interval and glob sweeps, and overrides Hydra cannot parse, are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return []  # Hydra prints its own parse error
+    values: list[list[str]] = []
+    for text, o in zip(overrides, parsed, strict=True):
+        if not o.is_sweep_override():
+            values.append([text])
+            continue
+        try:
+            vals = list(o.sweep_string_iterator())
+        except Exception:  # noqa: BLE001  (a sweep kind without a string iterator)
+            return []
+        prefix = {"ADD": "+", "DEL": "~", "FORCE_ADD": "++"}.get(o.type.name, "")
+        values.append([f"{prefix}{o.key_or_group}={v}" for v in vals] or [text])
+    base = [v[0] for v in values]
+    out = [base]
+    for i, vals in enumerate(values):
+        out += [base[:i] + [v] + base[i + 1:] for v in vals[1:]]
+    return out

@@ -135,3 +135,29 @@ def test_bad_input_of_a_single_run_still_exits_2(tmp_path):
     assert proc.stderr.strip() == "error: workload.rate=-1.0: must be a finite number > 0"
     assert not (tmp_path / "run" / "failed.json").exists()
 
+
+
+def test_sweep_variants_try_every_value_once():
+    from sim.preflight import sweep_variants
+    got = sweep_variants(["scheduler=vllm,sarathi", "workload.rate=2,4,6", "seed=0",
+                          "+foo=a,b"])
+    assert got[0] == ["scheduler=vllm", "workload.rate=2", "seed=0", "+foo=a"]
+    assert ["scheduler=sarathi", "workload.rate=2", "seed=0", "+foo=a"] in got
+    assert ["scheduler=vllm", "workload.rate=6", "seed=0", "+foo=a"] in got
+    assert ["scheduler=vllm", "workload.rate=2", "seed=0", "+foo=b"] in got
+    assert len(got) == 1 + 1 + 2 + 1
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ("scheduler=vllm,bogus", "error: scheduler='bogus': unknown option; available:"),
+    ("workload.rate=2,abc", "error: workload.rate: Value 'abc'"),
+])
+def test_a_bad_sweep_value_is_one_line_before_any_job(tmp_path, bad, expected):
+    env = dict(os.environ, CI="1")
+    proc = subprocess.run([sys.executable, "-m", "sim", "-m", bad, *SMALL,
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected)
+    assert not (tmp_path / "sweep").exists()
