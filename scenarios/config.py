@@ -99,6 +99,10 @@ class WorkloadConfig:
     output_tokens: int | None = None  # likewise for the output length
     input: LengthConfig = field(default_factory=LengthConfig)
     output: LengthConfig = field(default_factory=LengthConfig)
+    # a total length (input + output) per request, split by prefill_fraction (Vidur's
+    # prefill:decode ratio; 0.75 = 3:1); when set, it replaces ``input`` and ``output``
+    total_length: LengthConfig | None = None
+    prefill_fraction: float = 0.75
     # request classes (scenarios.classes); empty: one class, no priorities or TTFT targets
     classes: list[RequestClassConfig] = field(default_factory=list)
     # synthetic shared prefixes (not with arrival=trace, whose hash_ids come with the file)
@@ -157,6 +161,25 @@ def check_length(length: Any, prefix: str) -> None:
         )
 
 
+def check_total_length(w: Any) -> None:
+    """Range checks of ``workload.total_length`` and ``workload.prefill_fraction``."""
+    total = getattr(w, "total_length", None)
+    if total is None:
+        return
+    fraction = w.prefill_fraction
+    if not (_finite(fraction) and 0 < fraction < 1):
+        raise WorkloadError("workload.prefill_fraction", fraction, "must be a number in (0, 1)")
+    check_length(total, "workload.total_length")
+    low = total.value if total.dist == "fixed" else total.low
+    if total.dist in ("fixed", "uniform", "lognormal") and low < 2:
+        name = "value" if total.dist == "fixed" else "low"
+        raise WorkloadError(f"workload.total_length.{name}", low,
+                            "must be >= 2 (each request needs an input and an output token)")
+    if getattr(w, "multi_turn", None) is not None and w.multi_turn.enabled:
+        raise WorkloadError("workload.total_length", "set", "null with multi_turn.enabled "
+                            "(a turn's message length is workload.input)")
+
+
 def check_workload(w: Any) -> None:
     """Validate a workload config (dataclass or DictConfig); raise ``WorkloadError`` if bad.
 
@@ -199,6 +222,7 @@ def check_workload(w: Any) -> None:
     else:
         check_length(w.input, "workload.input")
         check_length(w.output, "workload.output")
+        check_total_length(w)
     check_classes(w.classes)
     check_prefixes(w)
 

@@ -120,3 +120,19 @@ def sample_lengths(
     raise WorkloadError(
         f"{field}.dist", length.dist, "one of ['fixed', 'uniform', 'lognormal', 'empirical']"
     )
+
+
+def split_total_lengths(
+    total_length: Any, prefill_fraction: float, n: int, rng: np.random.Generator, field: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draw ``n`` total lengths from ``total_length`` and split each into (input, output).
+
+    As Vidur's synthetic workloads (a total length with a prefill:decode ratio; 3:1 is
+    ``prefill_fraction=0.75``): ``input = round(prefill_fraction · total)``, clipped to
+    ``[1, total - 1]`` so both parts have at least one token, and ``output = total - input``.
+    """
+    total = sample_lengths(total_length, n, rng, field, "total_tokens")
+    if n and int(total.min()) < 2:
+        raise WorkloadError(field, int(total.min()), "total lengths must be >= 2 to split")
+    inputs = np.clip(np.rint(prefill_fraction * total), 1, total - 1).astype(np.int64)
+    return inputs, total - inputs

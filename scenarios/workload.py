@@ -29,7 +29,9 @@ Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.Data
   client's first row arrives at 0.0; each later row has NaN arrival, which the simulator sets to
   the completion time of the same client's previous row plus this row's ``think_time_s``.
 - Lengths come from ``workload.input``/``workload.output`` (or from the trace's columns for trace
-  replay); ``workload.input_tokens``/``output_tokens``, when set, replace them for every row.
+  replay), or from ``workload.total_length`` split by ``workload.prefill_fraction`` when that is
+  set (drawn from the input stream); ``workload.input_tokens``/``output_tokens``, when set,
+  replace them for every row.
 - Synthetic prefixes: with ``system_prompt.count > 0`` each request's prompt is a drawn system
   prompt followed by its own ``workload.input`` tokens (``scenarios.prefixes``); with
   ``multi_turn.enabled`` rows are the turns of sessions, each prompt the conversation so far
@@ -57,7 +59,7 @@ from scenarios.arrivals import closed_loop, gamma_arrivals, poisson_arrivals
 from scenarios.classes import CLASS_COLUMNS, assign_classes
 from scenarios.config import check_workload
 from scenarios.errors import WorkloadError
-from scenarios.lengths import sample_lengths
+from scenarios.lengths import sample_lengths, split_total_lengths
 from scenarios.prefixes import add_system_prompts
 from scenarios.sessions import session_rows
 from scenarios.traces import read_trace, window_trace
@@ -105,13 +107,18 @@ def _synthetic_rows(
             arrival = gamma_arrivals(float(w.rate), float(w.cv), n, rng_arrivals)
         client, think = np.full(n, -1, dtype=np.int64), np.zeros(n)
     rng_in, rng_out = rng_lengths.spawn(2)
+    if getattr(w, "total_length", None) is not None:
+        inputs, outputs = split_total_lengths(
+            w.total_length, float(w.prefill_fraction), n, rng_in, "workload.total_length"
+        )
+    else:
+        inputs = sample_lengths(w.input, n, rng_in, "workload.input", "input_tokens")
+        outputs = sample_lengths(w.output, n, rng_out, "workload.output", "output_tokens")
     return pd.DataFrame(
         {
             "arrival_time_s": arrival,
-            "input_tokens": sample_lengths(w.input, n, rng_in, "workload.input", "input_tokens"),
-            "output_tokens": sample_lengths(
-                w.output, n, rng_out, "workload.output", "output_tokens"
-            ),
+            "input_tokens": inputs,
+            "output_tokens": outputs,
             "client": client,
             "think_time_s": think,
         }

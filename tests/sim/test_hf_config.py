@@ -120,8 +120,17 @@ MINIMAX_M2_5 = {
 }
 
 # shipped YAML (conf/model/<name>.yaml) → the config.json it was copied from
+# meta-llama/Llama-2-7b-hf config.json (the checkpoint's torch_dtype is float16; the shipped YAML
+# serves it in bfloat16, the only 16-bit dtype with calibrated efficiencies)
+LLAMA_2_7B = {
+    **LLAMA_3_1_8B, "intermediate_size": 11008, "max_position_embeddings": 4096,
+    "num_key_value_heads": 32, "vocab_size": 32000, "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16",
+}
+
 BY_YAML = {
     "llama3_8b": LLAMA_3_1_8B,
+    "llama2_7b": LLAMA_2_7B,
     "llama3_70b": LLAMA_3_1_70B,
     "llama3_405b": LLAMA_3_1_405B,
     "qwen3_32b": QWEN3_32B,
