@@ -191,6 +191,13 @@ class TokenBudgetScheduler:
         t.last_token[ids] = ends[-1]
         return self._finish(ids[gen >= t.max_output[ids]], float(ends[-1]))
 
+    def _batch(self, ids, new, ctx) -> Batch:
+        """This step's batch; it carries the copy time of swaps (and host-tier prefix hits)
+        made since the last batch, so the replica spends it before the step."""
+        batch = Batch(ids, new, ctx, len(self.waiting))
+        batch.swap_s, self.swap_s = self.swap_s, 0.0
+        return batch
+
     def _admit(self, rid: int, now: float, cached: int = 0) -> None:
         t = self.table
         t.status[rid] = RUNNING

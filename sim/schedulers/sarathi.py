@@ -71,9 +71,7 @@ class SarathiScheduler(TokenBudgetScheduler):
         ids, new = np.concatenate(ids), np.concatenate(new)
         if not len(ids):
             return None  # a swap-out's copy time (if any) goes to the next batch
-        batch = Batch(ids, new, t.computed[ids], len(self.waiting))
-        batch.swap_s, self.swap_s = self.swap_s, 0.0
-        return batch
+        return self._batch(ids, new, t.computed[ids])
 
     def _decodes_with_preemption(self) -> tuple[np.ndarray, bool]:
         """Sarathi's running loop, one request at a time, when the cache is short of blocks:

@@ -146,10 +146,8 @@ class SglangScheduler(TokenBudgetScheduler):
             return None
         if admitted:
             self.running = np.concatenate([self.running, np.array(admitted, np.int64)])
-        batch = Batch(np.array(ids, np.int64), np.array(new, np.int64),
-                      np.array(ctx, np.int64), len(self.waiting))
-        batch.swap_s, self.swap_s = self.swap_s, 0.0  # host-tier copies of prefix hits
-        return batch
+        return self._batch(np.array(ids, np.int64), np.array(new, np.int64),
+                           np.array(ctx, np.int64))
 
     # ---- decode -------------------------------------------------------------------------
     def _decode_batch(self) -> Batch | None:

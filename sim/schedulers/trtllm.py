@@ -97,9 +97,7 @@ class TrtllmScheduler(TokenBudgetScheduler):
         ids, new = np.concatenate(ids), np.concatenate(new)
         if not len(ids):
             return None  # a swap-out's copy time (if any) goes to the next batch
-        batch = Batch(ids, new, t.computed[ids], len(self.waiting))
-        batch.swap_s, self.swap_s = self.swap_s, 0.0
-        return batch
+        return self._batch(ids, new, t.computed[ids])
 
     def _chunk(self, remaining: int, room: int) -> int:
         """Tokens of a context in this step: all of it if it fits, else (chunking on) what

@@ -116,9 +116,7 @@ class VllmScheduler(TokenBudgetScheduler):
             # an empty step; vLLM's engine loop then simply schedules again (the preemption
             # freed blocks), so do that rather than sleep until an arrival.
             return self.schedule(now) if preempted else None
-        batch = Batch(ids, new, ctx, len(self.waiting))
-        batch.swap_s, self.swap_s = self.swap_s, 0.0
-        return batch
+        return self._batch(ids, new, ctx)
 
     def _schedule_running_with_preemption(self, budget: int):
         """The slow path of the running loop, taken only when the cache is short of blocks."""
