@@ -37,6 +37,7 @@ from analysis.capacity_report import plot_gpus
 from analysis.capacity_search import Evaluator, RateSearch, max_rate, replicas_for
 from analysis.config import check_slo
 from analysis.forecast import autoscaled_replicas, costs, peak_rates
+from analysis.report import atomic_write, json_safe
 from scenarios import WorkloadError, check_workload, requests_for_seed
 from sim.app import register_configs
 from sim.builders import check_config
@@ -216,7 +217,8 @@ def plan(cfg, outdir: Path, base_overrides: list[str]) -> dict:
         plot_gpus(periods, outdir / "capacity_gpus.png")
     result["wall_s"] = round(time.perf_counter() - t0, 2)
     outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / "capacity.json").write_text(compact_json(result) + "\n")
+    text = compact_json(result) + "\n"
+    atomic_write(outdir / "capacity.json", lambda p: Path(p).write_text(text))
     return result
 
 
@@ -226,15 +228,9 @@ _SCALAR_LIST = re.compile(rf"\[\s*({_SCALAR}(?:,\s*{_SCALAR})*)\s*\]")
 
 def compact_json(obj) -> str:
     """Indented JSON with lists of numbers on one line (hourly profiles stay readable)."""
-    text = json.dumps(obj, indent=2, default=_json)
+    text = json.dumps(json_safe(obj), indent=2, allow_nan=False, default=str)
     return _SCALAR_LIST.sub(lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]",
                             text)
-
-
-def _json(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return str(v)
 
 
 def describe(result: dict) -> str:

@@ -33,6 +33,7 @@ from analysis.compare_tables import (
     mark_unsettled,
     metric_column,
 )
+from analysis.report import atomic_write, json_safe
 from analysis.stats import LEVEL
 from analysis.steady import (
     STEADY_METRICS,
@@ -186,14 +187,15 @@ def compare(root: Path, opts: dict) -> dict:
         "level": LEVEL, "seeds": sorted(jobs["seed"].unique().tolist()),
         "failed_jobs": int(total - len(jobs)),
         "warmup": warmup_summary(jobs),
-        "jobs": _records(jobs[["job", "design", "seed", *groups, "warmup_dropped",
-                               "warmup_cut_s", "cut_s"]]),
-        "means": _records(means), "differences": _records(diffs),
+        "jobs": jobs[["job", "design", "seed", *groups, "warmup_dropped", "warmup_cut_s",
+                      "cut_s"]].to_dict("records"),
+        "means": means.to_dict("records"), "differences": diffs.to_dict("records"),
         "verdicts": verdict_sentences(diffs, groups, opts["min_effect"]),
     }
     result["plots"] = ([p.name for p in write_compare_plots(jobs, lat, groups, root)]
                        if opts["plots"] == "true" else [])
-    (root / "compare.json").write_text(json.dumps(result, indent=2, default=_json) + "\n")
+    text = json.dumps(json_safe(result), indent=2, allow_nan=False, default=str) + "\n"
+    atomic_write(root / "compare.json", lambda p: Path(p).write_text(text))
     (root / "compare.md").write_text(compare_markdown(result))
     return result
 
@@ -215,19 +217,6 @@ def warmup_summary(jobs: pd.DataFrame) -> dict:
                  "rate": float(r["rate"])} for _, r in jobs[~jobs["warmup_settled"]].iterrows()]}
 
 
-def _json(v):
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return None if np.isnan(v) else float(v)
-    if isinstance(v, np.bool_):
-        return bool(v)
-    return str(v)
-
-
-def _records(df: pd.DataFrame) -> list[dict]:
-    return [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
-            for r in df.to_dict("records")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,13 +29,19 @@ def atomic_write(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-def _json_safe(v):
+def json_safe(v):
+    """``v`` with numpy scalars made Python ones and NaN or infinite floats made ``None``
+    (JSON has neither), through dicts, lists and tuples; for ``json.dumps(allow_nan=False)``."""
     if isinstance(v, dict):
-        return {str(k): _json_safe(x) for k, x in v.items()}
+        return {str(k): json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    if isinstance(v, np.bool_):
+        return bool(v)
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (float, np.floating)):
-        return None if math.isnan(v) else float(v)
+        return float(v) if math.isfinite(v) else None
     return v
 
 
@@ -51,7 +57,7 @@ def write_run(records: Records, summary: dict, outdir: Path) -> None:
         outdir / "requests.parquet", lambda p: records.requests.to_parquet(p, index=False)
     )
     atomic_write(outdir / "timeline.parquet", lambda p: tl.to_parquet(p, index=False))
-    text = json.dumps(_json_safe(summary), indent=2) + "\n"
+    text = json.dumps(json_safe(summary), indent=2, allow_nan=False) + "\n"
     atomic_write(outdir / "summary.json", lambda p: Path(p).write_text(text))
 
 
