@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.cost.eta_plan import TablePlan
+from sim.cost.memo import Memo
 
 
 def _sig(x, digits: int = 5):
@@ -76,7 +77,7 @@ class Term:
         # plain-Python copies for the scalar path (the simulator prices one step at a time)
         object.__setattr__(self, "_kn", [list(map(float, k)) for k in self.log2_knots])
         object.__setattr__(self, "_f", np.asarray(self.log_factor, dtype=float).tolist())
-        object.__setattr__(self, "_memo", {})
+        object.__setattr__(self, "_memo", Memo(MEMO_SIZE))
 
     def __call__(self, shape: dict) -> np.ndarray:
         """ln(factor) at the shape variables ``shape[axis]`` (scalars or arrays)."""
@@ -99,14 +100,7 @@ class Term:
         step's GEMM and per-batch attention variables recur all the time. Equal keys give
         equal results (``int``/``float`` keys compare by exact value), so the memo changes
         nothing; it is emptied when full, which bounds its memory."""
-        memo = self._memo
-        v = memo.get(xs)
-        if v is None:
-            v = self._scalar(xs)
-            if len(memo) >= MEMO_SIZE:
-                memo.clear()
-            memo[xs] = v
-        return v
+        return self._memo.get_or(xs, lambda: self._scalar(xs))
 
     def _scalar(self, xs) -> float:
         return scalar_value(self._f, [scalar_cell(x, kn)
@@ -216,7 +210,7 @@ def evaluate(etas: tuple[Eta, ...], shape: dict, points: frozenset | None = None
     results are then floats equal to the reference's one-element arrays (one step priced
     without numpy's per-call cost)."""
     arrays = points or frozenset(a for a, x in shape.items() if not isinstance(x, _SCALARS))
-    key = (tuple(map(id, etas)), arrays)
+    key = (etas, arrays)  # Eta hashes by identity; the key keeps them alive
     plans = etas[0]._plans
     plan = plans.get(key)
     if plan is None:
