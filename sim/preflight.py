@@ -91,11 +91,25 @@ def compose_or_exit(overrides: list[str]):
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    return compose_each_or_exit([overrides])[0]
+
+
+def compose_each_or_exit(variants: list[list[str]]) -> list:
+    """The composed config of each override list, in one Hydra context; one line naming the
+    first that does not compose, and exit code 2."""
+    import sim.app  # noqa: F401  (registers the schemas)
+
     try:
         with initialize_config_module("conf", version_base=None):
-            return compose("config", overrides=overrides)
+            return [compose("config", overrides=v) for v in variants]
     except (HydraException, OmegaConfBaseException) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    except AssertionError as e:  # OmegaConf, when a key is set inside a field that is null
+        dotted = [v.split("=", 1)[0] for v in variants[0] if "=" in v and "." in v]
+        print(f"error: {e} while setting one of {dotted}: a key inside a field that is null "
+              "must be set with the whole field, e.g. workload.total_length={dist:uniform,"
+              "low:256,high:2048}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -120,16 +134,17 @@ def check_overrides(argv: list[str]) -> None:
     if not flags:
         compose_or_exit(own)
     elif set(flags) <= {"-m", "--multirun"}:
-        for overrides in sweep_variants(own):
-            compose_or_exit(overrides)
+        compose_each_or_exit(sweep_variants(own))
     # --help, --cfg, ...: Hydra handles these itself
 
 
 def sweep_variants(overrides: list[str]) -> list[list[str]]:
-    """Override lists that together try every value of every simple sweep in ``overrides``
-    once: each sweep at its first value, then one list per other value of one sweep. Range,
-    interval and glob sweeps, and overrides Hydra cannot parse, are left to Hydra."""
+    """Override lists that together try every value of every choice sweep in ``overrides``
+    once: each sweep at its first value, then one list per other value of one sweep. A range
+    sweep is tried at its first value only (its values differ by number, not by kind);
+    interval and glob sweeps, and overrides Hydra cannot parse, leave the check to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -140,10 +155,10 @@ def sweep_variants(overrides: list[str]) -> list[list[str]]:
         if not o.is_sweep_override():
             values.append([text])
             continue
-        try:
-            vals = list(o.sweep_string_iterator())
-        except Exception:  # noqa: BLE001  (a sweep kind without a string iterator)
+        if not isinstance(o.value(), (ChoiceSweep, RangeSweep)):
             return []
+        vals = list(o.sweep_string_iterator()) if isinstance(o.value(), ChoiceSweep) \
+            else [next(iter(o.sweep_string_iterator()))]
         prefix = {"ADD": "+", "DEL": "~", "FORCE_ADD": "++"}.get(o.type.name, "")
         values.append([f"{prefix}{o.key_or_group}={v}" for v in vals] or [text])
     base = [v[0] for v in values]

@@ -48,6 +48,8 @@ CASES = {
     "policy_unknown": (["scheduler.policy=lifo"], ["scheduler.policy", "lifo"]),
     "router_unknown": (["cluster.replicas=2", "cluster.router=nope"], ["cluster.router", "nope"]),
     "backend_unknown": (["backend.name=tgi"], ["backend.name", "tgi"]),
+    "key_inside_null_field": (["workload.total_length.dist=fixed"],
+                              ["workload.total_length.dist", "whole field"]),
 }
 @pytest.fixture(scope="module")
 def bad_runs(tmp_path_factory, sim_cli):
