@@ -4,6 +4,7 @@ cannot be simulated (``python -m calibration validate``)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -104,10 +105,16 @@ def kv_dtype_of(row: dict, dtype: str) -> str:
     return "fp8" if row["backend"] == "trtllm" and dtype in FP8 else "auto"
 
 
+@functools.cache
+def hardware_doc(hardware: str) -> dict:
+    """``conf/hardware/<hardware>.yaml`` as read (once per name)."""
+    path = Path(conf.__file__).parent / "hardware" / f"{hardware}.yaml"
+    return yaml.safe_load(path.read_text()) or {}
+
+
 def calibration_file(hardware: str, backend: str) -> Path:
     """``sim/cost/calibrated/<hardware's calibration>/<backend>.yaml``."""
-    hw = yaml.safe_load((Path(conf.__file__).parent / "hardware" / f"{hardware}.yaml")
-                        .read_text())
+    hw = hardware_doc(hardware)
     return Path(sim.builders.__file__).parent / "cost" / "calibrated" / \
         str(hw.get("calibration", hardware)) / f"{backend}.yaml"
 
@@ -145,9 +152,7 @@ def layout_of(row: dict, hardware: str) -> tuple[dict, list[str], str]:
                        "both pools is modelled"
     pf, dc = pools["prefill"], pools["decode"]
     gpus = pf["num_workers"] * pf["tp_size"] + dc["num_workers"] * dc["tp_size"]
-    per_node = int((yaml.safe_load((Path(conf.__file__).parent / "hardware" /
-                                    f"{hardware}.yaml").read_text()) or {})
-                   .get("gpus_per_node", 8))
+    per_node = int(hardware_doc(hardware).get("gpus_per_node", 8))
     link = [] if gpus <= per_node else \
         ["cluster.kv_transfer_bandwidth=${hardware.internode_bandwidth}"]
     ep = pf["moe_ep_size"]

@@ -133,7 +133,7 @@ class RowSimulator:
             cfg.cost_model.host_overhead_ms = float(host[0])
             cfg.cost_model.host_overhead_per_seq_us = float(host[1])
         records = simulate(cfg, requests_for_seed(cfg.workload, cfg.seed))
-        return measure(records, self.per_client if self.harness == "ramp" else 1)
+        return measure(records, trim=self.harness == "ramp" and self.per_client >= 3)
 
 
 def request_latency_estimate(cfg, plan: dict) -> float:
@@ -153,14 +153,13 @@ def request_latency_estimate(cfg, plan: dict) -> float:
     return float(prefill + osl * decode)
 
 
-def measure(records, per_client: int) -> dict:
-    """Mean TTFT/TPOT over the measured requests (all of them, or without each client's first
-    and last when ``per_client`` >= 3), over all requests, and step diagnostics of the
-    timeline."""
+def measure(records, trim: bool) -> dict:
+    """Mean TTFT/TPOT over the measured requests (all of them, or with ``trim`` without each
+    client's first and last), over all requests, and step diagnostics of the timeline."""
     req = records.requests
     lat = per_request_latencies(req)
     steady = lat
-    if per_client >= 3:
+    if trim:
         ids = req.groupby("client")["request_id"]
         inner = (req["request_id"] != ids.transform("min")) & \
             (req["request_id"] != ids.transform("max"))
