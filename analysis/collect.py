@@ -164,6 +164,14 @@ def collect_sweep(path: str | Path) -> pd.DataFrame:
     return table
 
 
+def override_columns(table: pd.DataFrame) -> list[str]:
+    """The override columns of a ``collect_sweep`` table: those after ``error`` up to the
+    first ``summary.json`` metric (``completed``)."""
+    cols = list(table.columns)
+    end = cols.index("completed") if "completed" in cols else len(cols)
+    return cols[cols.index("error") + 1:end]
+
+
 def write_sweep_summary(path: str | Path) -> Path:
     """Write ``sweep_summary.parquet`` and ``sweep_summary.csv`` into the sweep directory
     ``path`` (atomically); returns the parquet file's path."""

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
-from analysis.collect import collect_sweep
+from analysis.collect import collect_sweep, override_columns
 from analysis.compare_tables import (
     PER_GPU,
     design_table,
@@ -121,12 +121,8 @@ def load_jobs(root: Path, factor: str) -> tuple[pd.DataFrame, list[str]]:
 
 
 def _override_columns(table: pd.DataFrame) -> list[str]:
-    """Override columns of a collected sweep: those after ``error`` up to the first metric
-    of ``summary.json`` (``completed``)."""
-    cols = list(table.columns)
-    start = cols.index("error") + 1
-    end = cols.index("completed") if "completed" in cols else len(cols)
-    return [c for c in cols[start:end] if c not in NOT_GROUPS]
+    """The sweep's override columns that can set a design or a setting."""
+    return [c for c in override_columns(table) if c not in NOT_GROUPS]
 
 
 def steady_table(jobs: pd.DataFrame, root: Path, groups: list[str], warmup) -> tuple[

@@ -52,12 +52,10 @@ def run_markdown(root: Path) -> str:
 
 def sweep_markdown(root: Path) -> str:
     """A sweep: one row per job with its overrides, status and main metrics."""
-    from analysis.collect import collect_sweep
+    from analysis.collect import collect_sweep, override_columns
 
     t = collect_sweep(root)
-    cols = list(t.columns)
-    end = cols.index("completed") if "completed" in cols else len(cols)
-    over = cols[cols.index("error") + 1:end]
+    over = override_columns(t)
     fixed = [c for c in over if t[c].astype(str).nunique() == 1 and len(t) > 1]
     over = [c for c in over if c not in fixed]
     mets = [m for m in SWEEP_METRICS if m in t]
