@@ -30,7 +30,9 @@ from pathlib import Path
 import hydra
 from hydra import compose
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from analysis.capacity_config import check_capacity, preflight, register, slo_bounds
 from analysis.capacity_report import plot_gpus
@@ -42,6 +44,7 @@ from scenarios import WorkloadError, check_workload, requests_for_seed
 from sim.app import register_configs
 from sim.builders import check_config
 from sim.errors import ConfigError
+from sim.preflight import one_line
 
 log = logging.getLogger("capacity")
 
@@ -101,10 +104,14 @@ def candidates(cfg, base: list[str]) -> list[tuple[list[str], DictConfig]]:
     for values in itertools.product(*axes.values()):
         choice = dict(zip(axes, values, strict=True))
         over = [f"{k}={v}" for k, v in choice.items() if k != "chunk"]
-        if "chunk" in choice:
-            over += _chunk_overrides(compose("capacity", overrides=[*keep, *over]).scheduler.name,
-                                     int(choice["chunk"]))
-        out.append((over, compose("capacity", overrides=[*keep, *over])))
+        try:
+            composed = compose("capacity", overrides=[*keep, *over])
+            if "chunk" in choice:
+                over += _chunk_overrides(composed.scheduler.name, int(choice["chunk"]))
+                composed = compose("capacity", overrides=[*keep, *over])
+        except (HydraException, OmegaConfBaseException) as e:
+            raise ConfigError("capacity.config_search", " ".join(over), one_line(e)) from e
+        out.append((over, composed))
     return out
 
 

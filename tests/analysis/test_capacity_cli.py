@@ -35,6 +35,7 @@ RUNS = {
                          "capacity.forecast.growth_per_month=-0.4",
                          "capacity.forecast.horizon_months=4"],
     "unmeetable": [*SMALL, "capacity.slo.p99_ttft_ms=1"],
+    "unknown_search_backend": ["capacity.config_search.backend=[bogus]"],
 }
 
 
@@ -79,6 +80,7 @@ def test_max_rate_matches_md1_and_the_cluster_is_verified(runs):
 @pytest.mark.parametrize("name, field", [
     ("unknown_metric", "capacity.slo.p95_latency_ms"),
     ("negative_traffic", "capacity.forecast.growth_per_month"),
+    ("unknown_search_backend", "capacity.config_search"),
 ])
 def test_bad_input_is_one_line(runs, name, field):
     proc, out = runs[name]
