@@ -41,6 +41,7 @@ from sim.config import (
 )
 from sim.engine import simulate
 from sim.errors import ConfigError
+from sim.kv_cache import kv_blocks
 from sim.memory import GIB
 
 log = logging.getLogger("sim")
@@ -95,7 +96,7 @@ def log_memory_budgets(cfg) -> None:
     the memory-derived count (as ``sim.kv_cache.build_kv_cache`` sizes the cache)."""
     override = cfg.kv_cache.num_gpu_blocks
     for pool, b in pool_memory_budgets(cfg).items():
-        blocks = b.num_gpu_blocks if override is None else int(override)
+        blocks = kv_blocks(cfg.kv_cache, b)
         source = ("" if override is None else
                   f" (kv_cache.num_gpu_blocks override; memory gives {b.num_gpu_blocks})")
         log.info("%s on %d×%d %s (tp × pp, %s pool): weights %.2f GiB/GPU, KV cache %.2f "

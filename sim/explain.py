@@ -42,6 +42,7 @@ import sim.memory as memory
 from analysis.roofline_chart import write_roofline_chart
 from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
 from sim.errors import ConfigError
+from sim.kv_cache import kv_blocks
 from sim.preflight import compose_or_exit
 
 DEFAULT_BATCH = "prefill:1x4096+decode:64x2000"
@@ -159,7 +160,7 @@ def memory_plan(cfg, context: int) -> dict:
     """
     b = replica_memory_budget(cfg)
     override = getattr(cfg.kv_cache, "num_gpu_blocks", None)
-    blocks = b.num_gpu_blocks if override is None else int(override)
+    blocks = kv_blocks(cfg.kv_cache, b)
     state_blocks = b.state_blocks_per_request
     per_seq = -(-context // b.block_size) + state_blocks
     kv_limit = (blocks - 1) // per_seq

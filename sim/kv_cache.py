@@ -290,6 +290,13 @@ class PagedKVCache:
         return self.used_blocks / self.num_blocks if self.num_blocks else 0.0
 
 
+def kv_blocks(kv_cfg, budget) -> int:
+    """The KV blocks a replica's cache has: ``kv_cache.num_gpu_blocks`` when set (what users
+    copy from an engine's log), else the count its memory budget derives."""
+    override = getattr(kv_cfg, "num_gpu_blocks", None)
+    return int(override) if override is not None else int(budget.num_gpu_blocks)
+
+
 def build_kv_cache(kv_cfg, hardware, budget, num_requests: int,
                    largest_request_tokens: int = 0) -> PagedKVCache:
     """The KV cache of one replica from ``kv_cache=``, the hardware (PCIe for swap) and the
@@ -300,8 +307,7 @@ def build_kv_cache(kv_cfg, hardware, budget, num_requests: int,
     ``cpu_offload_gb`` adds a host tier under the prefix cache.
     """
     state = int(getattr(budget, "state_blocks_per_request", 0))
-    override = getattr(kv_cfg, "num_gpu_blocks", None)
-    blocks = int(override) if override is not None else int(budget.num_gpu_blocks)
+    blocks = kv_blocks(kv_cfg, budget)
     if blocks < 2 + state:
         raise ConfigError("kv_cache.num_gpu_blocks", blocks, f"must be >= {2 + state} (the "
                           f"null block, {state} state block(s) and one KV block)")
