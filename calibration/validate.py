@@ -1,7 +1,8 @@
 """``python -m calibration validate``: the simulator against measured serving benchmarks.
 
     python -m calibration validate silicon_csv=PATH hardware=h100_sxm [backend=NAME]
-        [models=[a,b]] [limit=N] [harness=burst|ramp] [requests_per_client=10] [fit_host=true]
+        [models=[a,b]] [limit=N] [harness=burst|ramp|desync] [requests_per_client=10]
+        [fit_host=true]
 
 Every row of a CSV in the layout of aiconfigurator's ``silicon_sample_h100.csv`` is a closed-loop
 benchmark: ``concurrency`` clients, each sending its next request when the previous one
@@ -19,9 +20,14 @@ harnesses (``harness=``):
 - ``ramp``: the clients' first requests are spread evenly over one request's estimated latency
   and, with 3 or more requests per client, each client's first (cold start) and last (drain)
   requests are not measured: the steady state of desynchronised clients.
+- ``desync``: the first round is a burst as in ``burst``, then the clients drift apart: client
+  ``i``'s second request waits ``i/C`` of one request's estimated latency, so later rounds run
+  desynchronised, as they do in a long benchmark whose clients' per-request jitter (tokenising,
+  network, client scheduling) spreads completions that the simulator's deterministic clients
+  never spread. Mean over all requests.
 
 Fixed-length clients started together stay in lockstep (a round's prompts are prefilled in the
-same steps), so the two harnesses bracket the real phasing; the data does not record it.
+same steps), so ``burst`` and ``ramp`` bracket the real phasing; the data does not record it.
 Measured TTFT/TPOT may be means or medians (the data does not say); we compare the mean.
 
 Printed (``calibration.validate_report``): every row's predicted and measured TTFT and TPOT
@@ -93,7 +99,7 @@ ConfigStore.instance().store(name="base_validate", node=ValidateConfig)
 
 
 # ---- simulation ------------------------------------------------------------
-HARNESSES = ("burst", "ramp")
+HARNESSES = ("burst", "ramp", "desync")
 
 
 class RowSimulator:
@@ -123,7 +129,7 @@ class RowSimulator:
                                            f"workload.num_requests={c * self.per_client}"])
         sim.builders.check_config(cfg)
         if self.harness == "ramp":
-            cfg.workload.ramp_up_s = request_latency_estimate(cfg, plan)
+            cfg.workload.ramp_up_s = request_latency_estimate(cfg)
         return cfg
 
     def run(self, cfg, host: tuple[float, float] | None = None) -> dict:
@@ -132,16 +138,34 @@ class RowSimulator:
         if host is not None:
             cfg.cost_model.host_overhead_ms = float(host[0])
             cfg.cost_model.host_overhead_per_seq_us = float(host[1])
-        records = simulate(cfg, requests_for_seed(cfg.workload, cfg.seed))
+        requests = requests_for_seed(cfg.workload, cfg.seed)
+        if self.harness == "desync":
+            requests = desynchronise(requests, request_latency_estimate(cfg))
+        records = simulate(cfg, requests)
         return measure(records, trim=self.harness == "ramp" and self.per_client >= 3)
 
 
-def request_latency_estimate(cfg, plan: dict) -> float:
+def desynchronise(requests: pd.DataFrame, spread_s: float) -> pd.DataFrame:
+    """Closed-loop requests whose clients drift apart after their first request: client ``i``
+    of ``C`` waits ``i/C · spread_s`` before its second request (a one-off think time; the
+    first round stays a burst, TTFT and TPOT do not include think times)."""
+    out = requests.copy()
+    client = out["client"].to_numpy()
+    clients = int(client.max()) + 1
+    second = out.groupby("client").cumcount().to_numpy() == 1
+    think = out["think_time_s"].to_numpy(np.float64).copy()
+    think[second] += client[second] * (spread_s / clients)
+    out["think_time_s"] = think
+    return out
+
+
+def request_latency_estimate(cfg) -> float:
     """Seconds one request of the row takes on its own terms: its prompt's prefill (in chunks
     of the token budget) plus ``osl`` decode steps of all ``concurrency`` sequences at the mean
     context. From the cost model alone; nothing measured enters."""
     cost = sim.builders.build_cost_model(sim.builders.plain(cfg))
-    isl, osl, c = plan["isl"], plan["osl"], plan["concurrency"]
+    w = cfg.workload
+    isl, osl, c = int(w.input_tokens), int(w.output_tokens), int(w.concurrency)
     budget = int(cfg.scheduler.max_num_batched_tokens)
     prefill, done = 0.0, 0
     while done < isl:

@@ -134,6 +134,30 @@ def test_burst_harness_measures_every_request(tmp_path):
     assert json.loads((out / "validate.json").read_text())["harness"] == "burst"
 
 
+def test_desynchronise_spreads_second_requests_only():
+    from calibration.validate import desynchronise
+
+    req = pd.DataFrame({"client": np.arange(12) % 4, "think_time_s": np.full(12, 0.5)})
+    out = desynchronise(req, spread_s=2.0)
+    # rows 4..7 are each client's second request: client i waits i/4 of 2 s more
+    assert out["think_time_s"].tolist() == [0.5] * 4 + [0.5, 1.0, 1.5, 2.0] + [0.5] * 4
+    assert req["think_time_s"].tolist() == [0.5] * 12  # the input is not changed
+
+
+def test_desync_harness_bursts_first_round_then_spreads(tmp_path):
+    csv = tmp_path / "s.csv"
+    pd.DataFrame([row(id="ok", batch_size=8.0, isl=512, osl=16)]).to_csv(csv, index=False)
+    preds = {}
+    for harness in ("burst", "desync"):
+        out = tmp_path / harness
+        assert calibration_main(["validate", f"silicon_csv={csv}", "requests_per_client=4",
+                                 f"harness={harness}", f"hydra.run.dir={out}"]) == 0
+        preds[harness] = pd.read_parquet(out / "rows.parquet").set_index("id").loc["ok"]
+    assert preds["desync"]["steady_requests"] == 32  # every request is measured
+    # the same first-round burst, then fewer prompts per prefill step: a lower mean TTFT
+    assert preds["desync"]["pred_ttft_ms"] < preds["burst"]["pred_ttft_ms"]
+
+
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert calibration_main(["validate", f"silicon_csv={tmp_path / 'no.csv'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
