@@ -2,6 +2,7 @@
 
     python benchmarks/bench_default.py [--sizes 10000 30000 100000] [--load 0.8]
         [--overrides scheduler=sglang kv_cache.prefix_caching=true] [--tag sglang_prefix]
+        [--profile]
 
 1. Finds the sustainable rate of one replica (Llama-3.1-8B, H100, vLLM scheduler, chat
    lengths) as the request throughput of a saturated closed loop (1024 clients).
@@ -9,6 +10,8 @@
    fresh process, and reports wall time of building the requests and simulating, simulated
    requests per wall second, and peak resident memory of that process.
 3. Fits the exponent b of time ∝ N^b (1 = linear).
+4. With ``--profile``, runs the largest size once more under cProfile and writes the 25
+   functions with the most own time to ``benchmarks/results/profile_<N>[_<tag>].txt``.
 
 ``--overrides`` apply to every run (the closed loop too). Results go to stdout and
 ``benchmarks/results/bench_default[_<tag>].json`` with the machine's load average at the start
@@ -19,9 +22,12 @@ machine.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
 import platform
+import pstats
 import resource
 import subprocess
 import sys
@@ -76,12 +82,17 @@ def main() -> int:
     ap.add_argument("--load", type=float, default=0.8)
     ap.add_argument("--overrides", nargs="*", default=[], help="config overrides of every run")
     ap.add_argument("--tag", default="", help="results file suffix")
+    ap.add_argument("--profile", action="store_true", help="profile the largest size")
     ap.add_argument("--child", nargs=2, metavar=("N", "RATE"), help=argparse.SUPPRESS)
+    ap.add_argument("--child-profile", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         n, rate = int(a.child[0]), float(a.child[1])
-        print(json.dumps(run_once(["workload=chat", f"workload.rate={rate}",
-                                   f"workload.num_requests={n}"] + a.overrides)))
+        overrides = ["workload=chat", f"workload.rate={rate}",
+                     f"workload.num_requests={n}"] + a.overrides
+        if a.child_profile:
+            return profile(overrides, Path(a.child_profile))
+        print(json.dumps(run_once(overrides)))
         return 0
     cap = sustainable_rate(a.overrides)
     rate = round(a.load * cap, 3)
@@ -112,6 +123,28 @@ def main() -> int:
     (HERE / "results").mkdir(exist_ok=True)
     name = f"bench_default_{a.tag}.json" if a.tag else "bench_default.json"
     (HERE / "results" / name).write_text(json.dumps(doc, indent=2) + "\n")
+    if a.profile:
+        n = max(a.sizes)
+        path = HERE / "results" / f"profile_{n}{'_' + a.tag if a.tag else ''}.txt"
+        subprocess.run([sys.executable, __file__, "--child", str(n), str(rate),
+                        "--child-profile", str(path), "--overrides", *a.overrides], check=True)
+        print(f"profile of {n} requests: {path}")
+    return 0
+
+
+def profile(overrides: list[str], path: Path) -> int:
+    """Simulate under cProfile; the 25 functions with the most own time, and cumulative."""
+    prof = cProfile.Profile()
+    prof.enable()
+    r = run_once(overrides)
+    prof.disable()
+    out = io.StringIO()
+    out.write(f"cProfile of {' '.join(overrides)} (simulate {r['simulate_s']:.1f} s under the "
+              f"profiler, {r['steps']} steps)\n")
+    stats_ = pstats.Stats(prof, stream=out).strip_dirs()
+    stats_.sort_stats("tottime").print_stats(25)
+    stats_.sort_stats("cumulative").print_stats(25)
+    path.write_text(out.getvalue())
     return 0
 
 
