@@ -37,23 +37,20 @@ from omegaconf.errors import OmegaConfBaseException
 from analysis.capacity_config import check_capacity, preflight, register, slo_bounds
 from analysis.capacity_report import plot_gpus
 from analysis.capacity_search import Evaluator, RateSearch, max_rate, replicas_for
-from analysis.config import check_slo
 from analysis.forecast import autoscaled_replicas, costs, peak_rates
-from analysis.report import atomic_write, json_safe
-from scenarios import WorkloadError, check_workload, requests_for_seed
+from analysis.report import json_safe, write_text
+from scenarios import WorkloadError, requests_for_seed
 from sim.app import register_configs
-from sim.builders import check_config
 from sim.errors import ConfigError
 from sim.preflight import one_line
+from sim.validation import validate_config
 
 log = logging.getLogger("capacity")
 
 
 def check(cfg) -> None:
     """Every check of the simulator's groups and of the plan, before any simulation."""
-    check_config(cfg)
-    check_workload(cfg.workload)
-    check_slo(cfg.slo)
+    validate_config(cfg)
     check_capacity(cfg.capacity, cfg.workload, cfg.slo)
     if cfg.cluster.get("disaggregated", False):
         raise ConfigError("cluster", cfg.cluster.name, "a single-pool cluster: capacity plans "
@@ -225,7 +222,7 @@ def plan(cfg, outdir: Path, base_overrides: list[str]) -> dict:
     result["wall_s"] = round(time.perf_counter() - t0, 2)
     outdir.mkdir(parents=True, exist_ok=True)
     text = compact_json(result) + "\n"
-    atomic_write(outdir / "capacity.json", lambda p: Path(p).write_text(text))
+    write_text(outdir / "capacity.json", text)
     return result
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from analysis.report import save_figure
 from analysis.report_md import md_table
 from analysis.verdict import fmt, metric_label, metric_unit
 
@@ -38,7 +39,7 @@ def plot_gpus(periods: list[dict], path: Path) -> None:
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
     ax.set_title("GPUs needed over the forecast horizon")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def _slo_text(slo: dict) -> str:

@@ -78,7 +78,8 @@ def throughput_ratio(requests, cut_s: float) -> float:
     first, end = float(req["arrival_s"].min()), float(req["arrival_s"].max())
     start = max(cut_s, first + 0.25 * (end - first))
     arrived = int(((req["arrival_s"] >= start) & (req["arrival_s"] <= end)).sum())
-    done = int(((req["completion_s"] >= start) & (req["completion_s"] <= end)).sum())
+    completed = req[req["status"] == "completed"]  # a failed request ends without finishing
+    done = int(((completed["completion_s"] >= start) & (completed["completion_s"] <= end)).sum())
     return done / arrived if arrived else float("nan")
 
 

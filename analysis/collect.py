@@ -4,7 +4,8 @@
 ``.hydra/overrides.yaml``): the overrides become typed columns (``scheduler``,
 ``workload.rate``, ``seed``, ...), ``summary.json`` gives the metrics (nested dicts flattened
 with dots), and ``failed.json`` (written by ``python -m sim`` when a job fails) gives the
-error. ``write_sweep_summary(DIR)`` writes the table as ``sweep_summary.parquet`` and
+error; a job stopped by Ctrl-C (``"partial": true``) has status ``partial``.
+``write_sweep_summary(DIR)`` writes the table as ``sweep_summary.parquet`` and
 ``sweep_summary.csv`` in DIR; the multirun callback calls it at the end of every sweep, and
 ``python -m analysis.collect DIR`` rebuilds it afterwards.
 """
@@ -18,19 +19,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from analysis.report import atomic_write
+from analysis.report import FAILED_JSON, SUMMARY_JSON, atomic_write
 from sim.errors import ConfigError
 
 SUMMARY_STEM = "sweep_summary"
-SUMMARY_JSON = "summary.json"
-FAILED_JSON = "failed.json"
 BASE_COLUMNS = ("job", "dir", "status", "error")
 NOT_FINISHED = "no summary.json or failed.json: the job did not finish"
+BOOKKEEPING = ("outputs", "config_sha256")  # summary.json keys that are not metrics
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -107,21 +108,33 @@ def read_job(job_dir: Path, root: Path) -> tuple[dict, dict, dict]:
     if failed is not None:
         status = "failed"
         error = f"{failed.get('error_type', 'Error')}: {failed.get('message', '')}"
+    elif summary is not None and summary.get("partial"):
+        status = "partial"
+        error = (f"interrupted at {summary.get('interrupted_at_sim_s')} simulated s with "
+                 f"{summary.get('unfinished')} requests unfinished")
     elif summary is not None:
         status, error = "ok", None
     else:
         status, error = "failed", NOT_FINISHED
     base = {"job": _job_number(job_dir), "dir": job_dir.relative_to(root).as_posix() or ".",
             "status": status, "error": error}
-    return base, parse_overrides([str(x) for x in overrides]), _flatten(summary or {})
+    metrics = {k: v for k, v in (summary or {}).items() if k not in BOOKKEEPING}
+    return base, parse_overrides([str(x) for x in overrides]), _flatten(metrics)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
 
 
 def _uniform_column(values: pd.Series) -> pd.Series:
     """Mixed strings and numbers (e.g. ``null`` and ``auto``) as strings, so parquet can hold
-    the column; numbers and booleans stay typed."""
-    kinds = {"str" if isinstance(v, str) else "bool" if isinstance(v, bool)
+    the column; numbers and booleans stay typed (booleans as pandas' nullable ``boolean``, so
+    a job without the value reads back the same from parquet)."""
+    kinds = {"str" if isinstance(v, str) else "bool" if isinstance(v, (bool, np.bool_))
              else "num" if isinstance(v, numbers.Number) else "other"
-             for v in values if v is not None and not (isinstance(v, float) and v != v)}
+             for v in values if not _missing(v)}
+    if kinds == {"bool"}:
+        return values.astype("boolean")
     if len(kinds) <= 1 and kinds != {"other"}:
         return values
     return values.map(lambda v: v if v is None else str(v))
@@ -131,7 +144,8 @@ def collect_sweep(path: str | Path) -> pd.DataFrame:
     """The table of a sweep directory: a row per job, sorted by job number.
 
     Columns: ``job`` (Hydra's job number), ``dir`` (the job folder, relative to ``path``),
-    ``status`` (``ok`` or ``failed``), ``error`` (``Type: message`` of a failed job), one
+    ``status`` (``ok``, ``failed``, or ``partial`` for a job stopped by Ctrl-C), ``error``
+    (``Type: message`` of a failed job, what was left of a partial one), one
     column per override key as given on the command line (values typed: numbers as
     numbers), then every ``summary.json`` metric, nested keys joined with dots. A metric
     that repeats an override column (``scheduler``, ``seed``) is kept only where it
@@ -172,6 +186,27 @@ def override_columns(table: pd.DataFrame) -> list[str]:
     return cols[cols.index("error") + 1:end]
 
 
+def failure_lines(table: pd.DataFrame) -> list[str]:
+    """One line per job of a ``collect_sweep`` table that did not end ``ok``: its number,
+    the overrides that differ between jobs (all of them when none does) and its error."""
+    columns = override_columns(table)
+    # the swept keys tell the jobs apart; the others are the same for every job
+    swept = [c for c in columns if table[c].astype(str).nunique() > 1] or columns
+    lines = []
+    for _, row in table[table["status"] != "ok"].iterrows():
+        given = " ".join(f"{c}={_text(row[c])}" for c in swept if not _missing(row[c]))
+        lines.append(f"  job {row['job']} ({given or row['dir']}) {row['status']}: "
+                     f"{row['error']}")
+    return lines
+
+
+def _text(v: Any) -> str:
+    """An override value as typed: ``4`` and ``true``, not ``4.0`` and ``True``."""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v)).lower()
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
 def write_sweep_summary(path: str | Path) -> Path:
     """Write ``sweep_summary.parquet`` and ``sweep_summary.csv`` into the sweep directory
     ``path`` (atomically); returns the parquet file's path."""
@@ -195,10 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     table = pd.read_parquet(out)
-    failed = table[table["status"] != "ok"]
-    print(f"{len(table)} jobs, {len(failed)} failed → {out} (and .csv)")
-    for _, row in failed.iterrows():
-        print(f"  job {row['job']} ({row['dir']}): {row['error']}")
+    lines = failure_lines(table)
+    print(f"{len(table)} jobs, {len(lines)} failed → {out} (and .csv)")
+    for line in lines:
+        print(line)
     return 0
 
 

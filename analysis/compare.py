@@ -17,7 +17,6 @@ Writes ``compare.json``, ``compare.md`` and PNG plots into DIR.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from analysis.compare_tables import (
     mark_unsettled,
     metric_column,
 )
-from analysis.report import atomic_write, json_safe
+from analysis.report import write_json, write_text
 from analysis.stats import LEVEL
 from analysis.steady import (
     STEADY_METRICS,
@@ -190,9 +189,8 @@ def compare(root: Path, opts: dict) -> dict:
     }
     result["plots"] = ([p.name for p in write_compare_plots(jobs, lat, groups, root)]
                        if opts["plots"] == "true" else [])
-    text = json.dumps(json_safe(result), indent=2, allow_nan=False, default=str) + "\n"
-    atomic_write(root / "compare.json", lambda p: Path(p).write_text(text))
-    (root / "compare.md").write_text(compare_markdown(result))
+    write_json(root / "compare.json", result, default=str)
+    write_text(root / "compare.md", compare_markdown(result))
     return result
 
 

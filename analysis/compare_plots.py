@@ -10,6 +10,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from analysis.report import save_figure
 from analysis.stats import t_interval
 from analysis.verdict import metric_label
 
@@ -66,7 +67,7 @@ def plot_bands(jobs: pd.DataFrame, path: Path, palette: dict) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle("steady state, mean over seeds with 95% confidence bands")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def plot_goodput(jobs: pd.DataFrame, path: Path, palette: dict) -> None:
@@ -80,7 +81,7 @@ def plot_goodput(jobs: pd.DataFrame, path: Path, palette: dict) -> None:
     ax.plot(lim, lim, color="grey", linestyle=":", linewidth=1, label="offered load")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -118,7 +119,7 @@ def plot_pareto(jobs: pd.DataFrame, path: Path, palette: dict) -> None:
     ax.set_title("throughput per GPU vs interactivity (points: request rates)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def plot_ecdfs(jobs: pd.DataFrame, lat: dict, path: Path, palette: dict) -> None:
@@ -145,7 +146,7 @@ def plot_ecdfs(jobs: pd.DataFrame, lat: dict, path: Path, palette: dict) -> None
             ax.set_xlabel(f"{'TTFT' if k == 0 else 'TPOT'} (ms)")
             ax.set_title(f"{rate:g} req/s" if np.isfinite(rate) else "")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def write_compare_plots(jobs: pd.DataFrame, lat: dict, groups: list[str],

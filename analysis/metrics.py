@@ -58,17 +58,20 @@ def summarize(records: Records, slo=None) -> dict:
     lat = per_request_latencies(req)
     completed = len(lat)
     rejected = int((req["status"] == "rejected").sum())
+    failed = int((req["status"] == "failed").sum())
     done = req[req["status"] == "completed"]
     duration = float(done["completion_s"].max() - req["arrival_s"].min()) if completed else 0.0
-    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: float("nan"))
+    # nothing completed: zero throughput (not NaN); a zero-length span with completions is NaN
+    per_s = (lambda x: x / duration) if duration > 0 else (
+        lambda x: 0.0 if x == 0 else float("nan"))
     out_tokens = int(done["generated_tokens"].sum())
     in_tokens = int(done["input_tokens"].sum())
     s = {
         "completed": completed,
         "rejected": rejected,
-        "rejected_reasons": req.loc[req["status"] == "rejected", "reject_reason"]
-        .value_counts()
-        .to_dict(),
+        "rejected_reasons": _reasons(req, "rejected", "reject_reason"),
+        "failed": failed,
+        "failed_reasons": _reasons(req, "failed", "fail_reason"),
         "duration_s": duration,
         "total_input_tokens": in_tokens,
         "total_output_tokens": out_tokens,
@@ -84,22 +87,28 @@ def summarize(records: Records, slo=None) -> dict:
     if slo_is_set(slo):
         good = int(meets_slo(lat, slo).sum())
         s["request_goodput"] = per_s(good)
-        s["slo_attainment"] = (
-            good / (completed + rejected) if completed + rejected else float("nan")
-        )
+        offered = completed + rejected + failed
+        s["slo_attainment"] = good / offered if offered else float("nan")
     s.update(kv_metrics(req, records.meta))
     s.update(cluster_metrics(req, records.meta))
     s.update(step_metrics(tl, records.meta))
     s.update(
         {
             k: records.meta[k]
-            for k in ("num_gpu_blocks", "max_concurrent_tokens")
+            for k in ("num_gpu_blocks", "max_concurrent_tokens", "invariant_checks")
             if k in records.meta
         }
     )
     if "request_class" in req:
         s["classes"] = class_metrics(req, slo, per_s)
     return s
+
+
+def _reasons(req: pd.DataFrame, status: str, column: str) -> dict:
+    """How many requests of ``status`` there are per reason in ``column``."""
+    if column not in req:
+        return {}
+    return req.loc[req["status"] == status, column].value_counts().to_dict()
 
 
 def _latency_stats(lat: pd.DataFrame) -> dict:
@@ -127,16 +136,20 @@ def kv_metrics(req: pd.DataFrame, meta: dict) -> dict:
 
 
 def cluster_metrics(req: pd.DataFrame, meta: dict) -> dict:
-    """Replicas, failures and retries, availability, and KV transfers of a disaggregated
-    run."""
+    """Replicas, faults (settings and event counts), retries, availability, and KV transfers
+    of a disaggregated run."""
     n = int(meta.get("num_replicas", 1))
     d = {"num_replicas": n,
          "num_failures": int(meta.get("num_failures", 0)),
+         "num_straggler_episodes": int(meta.get("num_straggler_episodes", 0)),
+         "num_link_degradation_episodes": int(meta.get("num_link_degradation_episodes", 0)),
          "retried_requests": int((req["num_retries"] > 0).sum()) if "num_retries" in req else 0,
          "num_retries": _column_sum(req, "num_retries")}
     span = meta.get("sim_time_s", 0.0)
     down = meta.get("replica_downtime_s", 0.0)
     d["availability"] = 1.0 - down / (n * span) if span else float("nan")
+    if "faults" in meta:
+        d["faults"] = meta["faults"]
     if "kv_transfer_end_s" in req and req["kv_transfer_end_s"].notna().any():
         ms = ((req["kv_transfer_end_s"] - req["kv_transfer_start_s"]) * 1e3).dropna()
         d["mean_kv_transfer_ms"] = float(ms.mean())
@@ -146,15 +159,17 @@ def cluster_metrics(req: pd.DataFrame, meta: dict) -> dict:
 
 def class_metrics(req: pd.DataFrame, slo, per_s) -> dict:
     """Per request class: counts, latency statistics, goodput under ``slo`` and, when requests
-    carry their own ``ttft_slo_ms``, the share that met it (rejections count as misses)."""
+    carry their own ``ttft_slo_ms``, the share that met it (rejections and failures count as
+    misses)."""
     out = {}
     for name, rows in req.groupby("request_class", sort=True):
         lat = per_request_latencies(rows)
         completed, rejected = len(lat), int((rows["status"] == "rejected").sum())
-        d = {"completed": completed, "rejected": rejected,
+        failed = int((rows["status"] == "failed").sum())
+        d = {"completed": completed, "rejected": rejected, "failed": failed,
              "request_throughput": per_s(completed)}
         d.update(_latency_stats(lat))
-        total = completed + rejected
+        total = completed + rejected + failed
         if slo_is_set(slo):
             good = int(meets_slo(lat, slo).sum())
             d["request_goodput"] = per_s(good)

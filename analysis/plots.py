@@ -1,4 +1,7 @@
-"""Seaborn plots of one run: latency ECDFs, the engine over time, and what bound its steps."""
+"""Seaborn plots of one run: latency ECDFs, the engine over time, and what bound its steps.
+
+Each PNG is written atomically (``analysis.report.save_figure``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from analysis.metrics import kv_usage, per_request_latencies, step_rows
+from analysis.report import save_figure
 from sim.cost.base import BOUNDS
 from sim.records import Records
 
@@ -48,7 +52,7 @@ def plot_latency_ecdfs(records: Records, path: Path) -> None:
         ax.set_xlabel(f"{title} (ms)")
         ax.set_title(f"{title} ECDF")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def queue_by_class(requests: pd.DataFrame, times: np.ndarray) -> pd.DataFrame:
@@ -108,7 +112,7 @@ def plot_timeline(records: Records, path: Path) -> None:
     axes[2].set_ylabel("waiting requests")
     axes[2].set_xlabel("simulated time (s)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def plot_bound_share(records: Records, path: Path) -> None:
@@ -131,7 +135,7 @@ def plot_bound_share(records: Records, path: Path) -> None:
     ax1.set_title("which roof bound the steps")
     ax1.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def write_plots(records: Records, outdir: Path) -> list[Path]:

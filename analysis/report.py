@@ -1,4 +1,10 @@
-"""Write a run's files (parquet, summary.json) atomically and print its summary table."""
+"""Write a run's files (parquet, plots, summary.json) atomically and print its summary table.
+
+Every file is written to a temp name in its folder and renamed over the target, so an
+interrupted run never leaves a truncated file under a real name. ``summary.json`` is written
+last and lists the files it completes: a run folder is complete (``run_is_complete``) when it
+says ``"partial": false`` and each file it lists exists.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +24,25 @@ from sim.records import Records
 KINDS = ("step", "kv_transfer")  # codes of the timeline's ``kind`` column
 
 
-def atomic_write(path: Path, write) -> None:
-    """Write through a temp file in the same folder, then rename over ``path``."""
+SUMMARY_JSON = "summary.json"
+FAILED_JSON = "failed.json"  # a failed sweep job's error (sim.app.write_failure)
+
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def atomic_write(path: Path, write: Callable[[str], object]) -> None:
+    """Write through a temp file in the same folder, then rename over ``path``: ``write``
+    gets the temp file's name and writes the whole file there. The file gets the mode a
+    plain write would give it (the umask's, or the mode of the file it replaces)."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_UMASK
+        os.chmod(tmp, mode)  # mkstemp made it private (0600)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -45,20 +65,73 @@ def json_safe(v):
     return v
 
 
-def write_run(records: Records, summary: dict, outdir: Path) -> None:
-    """``requests.parquet``, ``timeline.parquet`` and ``summary.json`` into ``outdir``."""
+def write_text(path: Path, text: str) -> None:
+    """``path.write_text(text)``, atomically."""
+    atomic_write(Path(path), lambda p: Path(p).write_text(text))
+
+
+def write_json(path: Path, doc, **dumps) -> None:
+    """``doc`` as indented JSON (NaN and infinities as null), atomically; ``dumps`` are
+    further ``json.dumps`` arguments (e.g. ``default=str``)."""
+    dumps = {"indent": 2, **dumps}
+    write_text(path, json.dumps(json_safe(doc), allow_nan=False, **dumps) + "\n")
+
+
+def save_figure(fig, path: Path, **savefig) -> None:
+    """``fig.savefig(path)``, atomically (the format from ``path``'s suffix unless given)."""
+    path = Path(path)
+    savefig.setdefault("format", path.suffix.lstrip(".") or "png")
+    atomic_write(path, lambda p: fig.savefig(p, **savefig))
+
+
+def write_tables(records: Records, outdir: Path) -> list[Path]:
+    """``requests.parquet`` and ``timeline.parquet`` into ``outdir``; returns their paths."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     tl = records.timeline.copy()
     tl["bound"] = pd.Categorical.from_codes(tl["bound"].astype(int), categories=list(BOUNDS))
     if "kind" in tl:
         tl["kind"] = pd.Categorical.from_codes(tl["kind"].astype(int), categories=list(KINDS))
-    atomic_write(
-        outdir / "requests.parquet", lambda p: records.requests.to_parquet(p, index=False)
-    )
-    atomic_write(outdir / "timeline.parquet", lambda p: tl.to_parquet(p, index=False))
-    text = json.dumps(json_safe(summary), indent=2, allow_nan=False) + "\n"
-    atomic_write(outdir / "summary.json", lambda p: Path(p).write_text(text))
+    paths = [outdir / "requests.parquet", outdir / "timeline.parquet"]
+    atomic_write(paths[0], lambda p: records.requests.to_parquet(p, index=False))
+    atomic_write(paths[1], lambda p: tl.to_parquet(p, index=False))
+    return paths
+
+
+def write_summary(summary: dict, outdir: Path, outputs: list[Path]) -> Path:
+    """``summary.json`` into ``outdir``, with ``outputs`` (the run's other files, written
+    before it) listed by name relative to ``outdir``; ``partial`` is false unless the summary
+    says otherwise. Call it last: it is the run's completion marker."""
+    outdir = Path(outdir)
+    doc = {**summary, "partial": bool(summary.get("partial", False)),
+           "outputs": [Path(os.path.relpath(p, outdir)).as_posix() for p in outputs]}
+    path = outdir / SUMMARY_JSON
+    write_json(path, doc)
+    return path
+
+
+def write_run(records: Records, summary: dict, outdir: Path) -> list[Path]:
+    """``requests.parquet``, ``timeline.parquet`` and, last, ``summary.json`` into
+    ``outdir``; returns the paths written."""
+    tables = write_tables(records, outdir)
+    return [*tables, write_summary(summary, outdir, tables)]
+
+
+def run_is_complete(outdir: Path) -> bool:
+    """Whether ``outdir`` holds a complete run: a readable ``summary.json`` with
+    ``"partial": false`` whose every listed output exists (``failed.json`` absent)."""
+    outdir = Path(outdir)
+    try:
+        doc = json.loads((outdir / SUMMARY_JSON).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(doc, dict) or doc.get("partial") is not False:
+        return False
+    outputs = doc.get("outputs")
+    if not isinstance(outputs, list):
+        return False
+    return (not (outdir / FAILED_JSON).exists()
+            and all((outdir / str(name)).is_file() for name in outputs))
 
 
 def format_summary(s: dict) -> str:
@@ -66,6 +139,12 @@ def format_summary(s: dict) -> str:
     rows = [
         ("Completed requests", s["completed"]),
         ("Rejected requests", s["rejected"]),
+        ("Failed requests", s.get("failed", 0)),
+    ]
+    if s.get("partial"):
+        rows += [("Unfinished requests (interrupted)", s.get("unfinished", 0)),
+                 ("Interrupted at (simulated s)", s.get("interrupted_at_sim_s", float("nan")))]
+    rows += [
         ("Duration (s)", s["duration_s"]),
         ("Request throughput (req/s)", s["request_throughput"]),
         ("Output token throughput (tok/s)", s["output_throughput"]),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.report import write_text
 from analysis.verdict import fmt, fmt_pm, metric_label, metric_unit, setting_text
 from sim.errors import ConfigError
 
@@ -42,8 +43,12 @@ def run_markdown(root: Path) -> str:
                                                "workload", "seed") if k in s)
     rows = [[metric_label(k), s[k], metric_unit(k)] for k in RUN_METRICS
             if isinstance(s.get(k), (int, float))]
-    out = [f"# Simulation run: {root.name}", "", head, "",
-           md_table(["metric", "value", "unit"], rows), ""]
+    out = [f"# Simulation run: {root.name}", "", head, ""]
+    if s.get("partial"):
+        out += [f"**Partial run**: stopped by Ctrl-C at {s.get('interrupted_at_sim_s')} "
+                f"simulated s with {s.get('unfinished')} requests unfinished; the metrics "
+                "count the requests that ended.", ""]
+    out += [md_table(["metric", "value", "unit"], rows), ""]
     out += _images(root, ("latency_ecdf.png", "timeline.png", "bound_share.png"))
     out += ["", "Every metric is defined in docs/metrics.md; all metrics of the run are in "
             "`summary.json`."]
@@ -154,7 +159,7 @@ def write_report(root: Path) -> Path:
         raise ConfigError("DIR", str(root), "a run, sweep, comparison or capacity output "
                           "directory (summary.json, job folders, compare.json or capacity.json)")
     path = root / "report.md"
-    path.write_text(text)
+    write_text(path, text)
     return path
 
 

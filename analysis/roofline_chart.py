@@ -18,6 +18,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from analysis.report import save_figure
+
 BOUND_COLORS = dict(zip(("compute", "memory", "comm", "host"), sns.color_palette("deep", 4),
                         strict=True))
 MARKERS = "osD^vP*Xph<>"
@@ -115,5 +117,5 @@ def write_roofline_chart(ops: pd.DataFrame, peaks: dict[str, float], bandwidth: 
                          path: Path | str, title: str = "") -> Figure:
     """Draw the chart (see ``roofline_figure``) and save it as a PNG at ``path``."""
     fig = roofline_figure(ops, peaks, bandwidth, title)
-    fig.savefig(Path(path), dpi=110, format="png")
+    save_figure(fig, Path(path), dpi=110, format="png")
     return fig

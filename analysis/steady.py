@@ -25,7 +25,7 @@ THROUGHPUTS = ("request_throughput", "output_throughput", "total_token_throughpu
 GOODPUT = ("request_goodput", "slo_attainment")
 # every metric steady_metrics can return; "higher" ones are better when larger
 STEADY_METRICS = (*(f"{s}_{n}" for n in LATENCIES for s, _ in STATS), *THROUGHPUTS,
-                  *GOODPUT, "median_tps", "completed", "rejected")
+                  *GOODPUT, "median_tps", "completed", "rejected", "failed")
 HIGHER_IS_BETTER = (*THROUGHPUTS, *GOODPUT, "median_tps", "completed",
                     "output_throughput_per_gpu")
 
@@ -85,9 +85,10 @@ def steady_metrics(requests: pd.DataFrame, cut_s: float, slo=None) -> dict:
     lat = latencies(req)
     done = req.loc[lat.index]
     rejected = int((req["status"] == "rejected").sum())
+    failed = int((req["status"] == "failed").sum())
     span = float(done["completion_s"].max() - cut_s) if len(done) else 0.0
     rate = (lambda x: x / span) if span > 0 else (lambda x: float("nan"))
-    out = {"completed": len(lat), "rejected": rejected,
+    out = {"completed": len(lat), "rejected": rejected, "failed": failed,
            "request_throughput": rate(len(lat)),
            "output_throughput": rate(float(done["generated_tokens"].sum())),
            "total_token_throughput": rate(float(done["generated_tokens"].sum()
@@ -98,7 +99,7 @@ def steady_metrics(requests: pd.DataFrame, cut_s: float, slo=None) -> dict:
     out["median_tps"] = float(np.median(1e3 / tpot)) if len(tpot) else float("nan")
     if slo_is_set(slo):
         good = int(meets_slo(lat, slo).sum())
-        total = len(lat) + rejected
+        total = len(lat) + rejected + failed
         out["request_goodput"] = rate(good)
         out["slo_attainment"] = good / total if total else float("nan")
     return out

@@ -14,7 +14,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from analysis.collect import write_sweep_summary
+from analysis.collect import failure_lines, write_sweep_summary
 from sim.errors import ConfigError
 
 
@@ -22,13 +22,16 @@ class SweepSummary(Callback):
     """At the end of a multirun, aggregate its job folders into one table in the sweep dir."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Write the table and print one line: where it is and how many jobs failed."""
+        """Write the table and print where it is, how many jobs failed, and one line per
+        failed (or interrupted) job with its overrides and error."""
         sweep_dir = str(config.hydra.sweep.dir)
         try:
             out = write_sweep_summary(sweep_dir)
         except ConfigError as e:  # no job folder here, e.g. the nodes share no file system
             print(f"sweep summary not written: {e}", file=sys.stderr)
             return
-        status = pd.read_parquet(out, columns=["status"])["status"]
-        failed = int((status != "ok").sum())
-        print(f"sweep: {len(status)} jobs, {failed} failed → {out} (and .csv)")
+        table = pd.read_parquet(out)
+        lines = failure_lines(table)
+        print(f"sweep: {len(table)} jobs, {len(lines)} failed → {out} (and .csv)")
+        for line in lines:
+            print(line)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from analysis.report import atomic_write, write_text
 from calibration import data
 from calibration.config import hardware_config
 from calibration.families import attention, comm, elementwise, gemm, moe
@@ -103,8 +104,8 @@ def run(cfg, outdir: Path) -> dict:
           f"{len(rows)} rows")
     print(table(summary))
     outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / "check.json").write_text(json.dumps(summary, indent=2))
-    rows.to_parquet(outdir / "predictions.parquet", index=False)
+    write_text(outdir / "check.json", json.dumps(summary, indent=2))
+    atomic_write(outdir / "predictions.parquet", lambda p: rows.to_parquet(p, index=False))
     print(f"wrote {outdir / 'check.json'} and predictions.parquet in "
           f"{time.perf_counter() - t0:.1f}s")
     return summary

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from analysis.report import write_text
 from calibration import data, writer
 from calibration.config import REPO, hardware_config
 from calibration.families import FitResult, Settings, attention, comm, elementwise, gemm, moe
@@ -135,6 +136,6 @@ def run(cfg, outdir: Path, command_line: str) -> dict:
     print(f"wrote {out} in {time.perf_counter() - t0:.1f}s")
     summary = {"out": str(out), "errors": errors, "notes": notes,
                "seconds": round(time.perf_counter() - t0, 1)}
-    (outdir / "fit.json").write_text(json.dumps(summary, indent=2))
+    write_text(outdir / "fit.json", json.dumps(summary, indent=2))
     return summary
 

@@ -22,6 +22,8 @@ import pandas as pd
 import yaml
 from scipy.optimize import least_squares
 
+from analysis.report import write_text
+
 METRICS = ("ttft", "tpot")
 GROUP = ["model", "isl", "osl", "tp"]
 UPPER = (20.0, 500.0)  # bounds of overhead_ms and per_seq_us: far above any measured engine
@@ -158,7 +160,7 @@ def write_host(path: Path, block: dict) -> None:
         while end < len(lines) and (lines[end].startswith((" ", "-")) or not lines[end].strip()):
             end += 1
         lines[start:end] = [new]
-    path.write_text("".join(lines))
+    write_text(path, "".join(lines))
 
 
 def format_fits(fits: dict) -> str:

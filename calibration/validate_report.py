@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.report import atomic_write, write_text
+
 METRICS = ("ttft", "tpot")
 SHOWN = ["id", "backend", "model", "tp", "ep", "dtype", "isl", "osl", "concurrency",
          "pred_ttft_ms", "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms",
@@ -79,5 +81,5 @@ def format_report(table: pd.DataFrame, summary: dict, k: int) -> str:
 def write_outputs(outdir: Path, table: pd.DataFrame, doc: dict) -> None:
     """``rows.parquet`` (every row, simulated or not) and ``validate.json``."""
     outdir.mkdir(parents=True, exist_ok=True)
-    table.to_parquet(outdir / "rows.parquet", index=False)
-    (outdir / "validate.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    atomic_write(outdir / "rows.parquet", lambda p: table.to_parquet(p, index=False))
+    write_text(outdir / "validate.json", json.dumps(doc, indent=2, default=str) + "\n")

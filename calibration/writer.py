@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from analysis.report import write_text
 from calibration.data import Measured
 
 NEW_HOST = {"overhead_ms": 0.5, "per_seq_us": 2.0, "fitted": False, "note": "not fitted yet"}
@@ -59,7 +60,7 @@ def write(doc: dict, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.dump({**doc, "host": host}, Dumper=_Dumper, sort_keys=False, width=100,
                      allow_unicode=True)
-    out.write_text(text)
+    write_text(out, text)
 
 
 def error_table(errors: dict) -> str:

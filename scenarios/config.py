@@ -22,11 +22,16 @@ from typing import Any
 
 from scenarios.classes import RequestClassConfig, check_classes
 from scenarios.errors import WorkloadError
+from scenarios.traces import MAX_TIME_S, MAX_TOKENS
 
 ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "empirical")
 THINK_TIME_DISTS = ("fixed", "exponential")
 POPULARITY = ("uniform", "zipf")
+MAX_LOG_MOMENT = 1000.0
+MAX_REQUESTS = 100_000_000
+MAX_SYSTEM_PROMPTS = 1_000_000
+MAX_TURNS = 100_000
 
 
 @dataclass
@@ -127,6 +132,13 @@ def _check_nonnegative(name: str, x: Any) -> None:
         raise WorkloadError(name, x, "must be a finite number >= 0")
 
 
+def _check_seconds(name: str, x: Any) -> None:
+    """A wait that moves the clock: past ``MAX_TIME_S`` float seconds lose step resolution."""
+    _check_nonnegative(name, x)
+    if x > MAX_TIME_S:
+        raise WorkloadError(name, x, f"must be at most {MAX_TIME_S:g} s")
+
+
 def _check_choice(name: str, x: Any, choices: tuple[str, ...]) -> None:
     if x not in choices:
         raise WorkloadError(name, x, f"one of {list(choices)}")
@@ -137,22 +149,41 @@ def _check_int_at_least(name: str, x: Any, least: int) -> None:
         raise WorkloadError(name, x, f"must be an integer >= {least}")
 
 
+def _check_at_most(name: str, x: Any, most: int) -> None:
+    """An upper bound on a count the run holds in memory (one entry per request, prompt or
+    turn), so a typo fails here rather than as an allocation of terabytes."""
+    if x > most:
+        raise WorkloadError(name, x, f"must be at most {most:_}".replace("_", ","))
+
+
+def _check_tokens(name: str, x: Any) -> None:
+    _check_int_at_least(name, x, 1)
+    if x > MAX_TOKENS:
+        raise WorkloadError(name, x, f"must be at most {MAX_TOKENS} tokens")
+
+
 def check_length(length: Any, prefix: str) -> None:
     """Range checks of one ``LengthConfig``; ``prefix`` is its dotted path (``workload.input``)."""
     _check_choice(f"{prefix}.dist", length.dist, LENGTH_DISTS)
     if length.dist == "fixed":
-        _check_int_at_least(f"{prefix}.value", length.value, 1)
+        _check_tokens(f"{prefix}.value", length.value)
     if length.dist in ("uniform", "lognormal"):
-        _check_int_at_least(f"{prefix}.low", length.low, 1)
-        _check_int_at_least(f"{prefix}.high", length.high, 1)
+        _check_tokens(f"{prefix}.low", length.low)
+        _check_tokens(f"{prefix}.high", length.high)
         if length.high < length.low:
             raise WorkloadError(
                 f"{prefix}.high", length.high, f"must be >= {prefix}.low={length.low}"
             )
     if length.dist == "lognormal":
-        if not _finite(length.mu):
-            raise WorkloadError(f"{prefix}.mu", length.mu, "must be a finite number")
+        # mean and sd of log(tokens): beyond these the truncated quantiles lose all precision
+        if not (_finite(length.mu) and abs(length.mu) <= MAX_LOG_MOMENT):
+            raise WorkloadError(f"{prefix}.mu", length.mu,
+                                f"must be a finite number in [-{MAX_LOG_MOMENT:g}, "
+                                f"{MAX_LOG_MOMENT:g}] (the mean of log(tokens))")
         _check_positive(f"{prefix}.sigma", length.sigma)
+        if length.sigma > MAX_LOG_MOMENT:
+            raise WorkloadError(f"{prefix}.sigma", length.sigma,
+                                f"must be at most {MAX_LOG_MOMENT:g} (the sd of log(tokens))")
     if length.dist == "empirical" and not length.path:
         raise WorkloadError(
             f"{prefix}.path",
@@ -191,9 +222,10 @@ def check_workload(w: Any) -> None:
     _check_positive("workload.cv", w.cv)
     is_trace = w.arrival == "trace"
     _check_int_at_least("workload.num_requests", w.num_requests, 0 if is_trace else 1)
+    _check_at_most("workload.num_requests", w.num_requests, MAX_REQUESTS)
     _check_int_at_least("workload.concurrency", w.concurrency, 1)
-    _check_nonnegative("workload.think_time_s", w.think_time_s)
-    _check_nonnegative("workload.ramp_up_s", w.ramp_up_s)
+    _check_seconds("workload.think_time_s", w.think_time_s)
+    _check_seconds("workload.ramp_up_s", w.ramp_up_s)
     _check_choice("workload.think_time_dist", w.think_time_dist, THINK_TIME_DISTS)
     _check_positive("workload.time_scale", w.time_scale)
     if not _finite(w.window_start_s):
@@ -211,7 +243,11 @@ def check_workload(w: Any) -> None:
     for name in ("input_tokens", "output_tokens"):
         value = getattr(w, name)
         if value is not None:
-            _check_int_at_least(f"workload.{name}", value, 1)
+            _check_tokens(f"workload.{name}", value)
+    if w.arrival in ("poisson", "gamma") and w.num_requests / w.rate > MAX_TIME_S:
+        raise WorkloadError("workload.rate", w.rate,
+                            f"at least workload.num_requests / {MAX_TIME_S:g} s = "
+                            f"{w.num_requests / MAX_TIME_S:g} (the arrivals would span longer)")
     if is_trace:
         if not w.trace_path:
             raise WorkloadError(
@@ -235,13 +271,16 @@ def check_prefixes(w: Any) -> None:
     if sp is None or mt is None:  # a config from before synthetic prefixes
         return
     _check_int_at_least("workload.system_prompt.count", sp.count, 0)
-    _check_int_at_least("workload.system_prompt.tokens", sp.tokens, 1)
+    _check_at_most("workload.system_prompt.count", sp.count, MAX_SYSTEM_PROMPTS)
+    _check_tokens("workload.system_prompt.tokens", sp.tokens)
     _check_choice("workload.system_prompt.popularity", sp.popularity, POPULARITY)
     _check_nonnegative("workload.system_prompt.zipf_exponent", sp.zipf_exponent)
     if not isinstance(mt.enabled, bool):
         raise WorkloadError("workload.multi_turn.enabled", mt.enabled, "true or false")
     check_length(mt.turns, "workload.multi_turn.turns")
-    _check_nonnegative("workload.multi_turn.think_time_s", mt.think_time_s)
+    for name in ("value", "high"):
+        _check_at_most(f"workload.multi_turn.turns.{name}", getattr(mt.turns, name), MAX_TURNS)
+    _check_seconds("workload.multi_turn.think_time_s", mt.think_time_s)
     _check_choice("workload.multi_turn.think_time_dist", mt.think_time_dist, THINK_TIME_DISTS)
     if mt.max_input_tokens is not None:
         least = 1 + (sp.tokens if sp.count else 0)  # a system prompt and a 1-token message

@@ -72,7 +72,7 @@ def read_length_column(path: str, column: str, field: str) -> np.ndarray:
         raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
     if column not in header:
         raise WorkloadError(field, path, f"missing column {column!r} (has {list(header)})")
-    raw = pd.read_csv(path, usecols=[column])[column]
+    raw = pd.read_csv(path, usecols=[column], dtype=str)[column]  # messages quote the text
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
     if values.size == 0:
         raise WorkloadError(field, path, f"column {column!r} has no rows")

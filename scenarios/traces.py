@@ -15,6 +15,11 @@ from scenarios.errors import WorkloadError
 
 REQUIRED = ("arrival_time_s", "input_tokens", "output_tokens")
 FIELD = "workload.trace_path"
+# Beyond these a value is no longer what it says: a longer "length" overflows int32 token
+# counters in real engines (and int64 here, from 9.2e18), and past 1e9 s (32 years) float
+# seconds lose the microsecond resolution the simulator's step times need.
+MAX_TOKENS = 2**31 - 1
+MAX_TIME_S = 1e9
 
 
 def _row(i: int) -> str:
@@ -34,18 +39,30 @@ def _numeric(raw: pd.Series, path: str, field: str) -> np.ndarray:
     return values
 
 
-def _lengths(raw: pd.Series, path: str, field: str) -> np.ndarray:
-    values = _numeric(raw, path, field)
-    bad = (values < 0) | (values != np.floor(values))
+def _in_range(values: np.ndarray, raw: pd.Series, path: str, field: str, bad: np.ndarray,
+              expected: str) -> None:
     if bad.any():
         i = int(np.argmax(bad))
-        raise WorkloadError(
-            field,
-            path,
-            f"column {raw.name!r} {_row(i)} is {raw.iloc[i]!r}; "
-            "token lengths must be non-negative integers",
-        )
+        raise WorkloadError(field, path, f"column {raw.name!r} {_row(i)} is {raw.iloc[i]!r}; "
+                            f"{expected}")
+
+
+def _lengths(raw: pd.Series, path: str, field: str) -> np.ndarray:
+    values = _numeric(raw, path, field)
+    _in_range(values, raw, path, field, (values < 0) | (values != np.floor(values)),
+              "token lengths must be non-negative integers")
+    _in_range(values, raw, path, field, values > MAX_TOKENS,
+              f"token lengths must be at most {MAX_TOKENS}")
     return values.astype(np.int64)
+
+
+def _arrivals(raw: pd.Series, path: str, field: str) -> np.ndarray:
+    values = _numeric(raw, path, field)
+    _in_range(values, raw, path, field, values < 0,
+              "arrival times must be >= 0 (seconds from the trace's start)")
+    _in_range(values, raw, path, field, values > MAX_TIME_S,
+              f"arrival times must be at most {MAX_TIME_S:g} s")
+    return values
 
 
 def parse_hash_ids(raw: pd.Series, path: str, field: str = FIELD) -> np.ndarray:
@@ -92,7 +109,7 @@ def read_trace(path: str, field: str = FIELD) -> pd.DataFrame:
         raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
     if raw.empty:
         raise WorkloadError(field, path, "the trace has no rows")
-    arrival = _numeric(raw["arrival_time_s"], path, field)
+    arrival = _arrivals(raw["arrival_time_s"], path, field)
     down = np.diff(arrival) < 0
     if down.any():
         i = int(np.argmax(down)) + 1

@@ -59,10 +59,10 @@ from scenarios.arrivals import closed_loop, gamma_arrivals, poisson_arrivals
 from scenarios.classes import CLASS_COLUMNS, assign_classes
 from scenarios.config import check_workload
 from scenarios.errors import WorkloadError
-from scenarios.lengths import sample_lengths, split_total_lengths
+from scenarios.lengths import read_length_column, sample_lengths, split_total_lengths
 from scenarios.prefixes import add_system_prompts
 from scenarios.sessions import session_rows
-from scenarios.traces import read_trace, window_trace
+from scenarios.traces import MAX_TIME_S, read_trace, window_trace
 
 COLUMNS = ("arrival_time_s", "input_tokens", "output_tokens", "client", "think_time_s")
 
@@ -86,6 +86,10 @@ def _trace_rows(w: Any) -> pd.DataFrame:
         path,
     )
     n = len(trace)
+    last = float(trace["arrival_time_s"].iloc[-1])
+    if last > MAX_TIME_S:
+        raise WorkloadError("workload.time_scale", w.time_scale,
+                            f"the scaled trace would last {last:g} s; at most {MAX_TIME_S:g} s")
     trace["client"] = np.full(n, -1, dtype=np.int64)
     trace["think_time_s"] = np.zeros(n)
     return trace
@@ -135,6 +139,54 @@ def _system_prompts(w: Any) -> int:
     return 0 if sp is None else int(sp.count)
 
 
+def _fix_lengths(rows: pd.DataFrame, w: Any) -> None:
+    """Apply ``workload.input_tokens``/``output_tokens`` to every row (when set) and refuse a
+    length < 1 that no override replaces (a trace may have 0-token rows)."""
+    for name in ("input_tokens", "output_tokens"):
+        fixed = getattr(w, name)
+        if fixed is not None:
+            rows[name] = np.full(len(rows), int(fixed), dtype=np.int64)
+        short = rows[name].to_numpy() < 1
+        if short.any():
+            i = int(np.argmax(short))
+            raise WorkloadError(
+                "workload.trace_path",
+                w.trace_path,
+                f"{name} is {int(rows[name].iloc[i])} at row {i} after "
+                f"windowing; lengths must be >= 1 (set workload.{name} to "
+                "override every request's length)",
+            )
+
+
+def _length_files(w: Any) -> list[tuple[Any, str, str]]:
+    """(length config, its dotted field, default column) of each length distribution the
+    workload draws from."""
+    if w.arrival == "trace":
+        return []
+    if getattr(w, "total_length", None) is not None:
+        used = [(w.total_length, "workload.total_length", "total_tokens")]
+    else:
+        used = [(w.input, "workload.input", "input_tokens"),
+                (w.output, "workload.output", "output_tokens")]
+    if _multi_turn(w):
+        used.append((w.multi_turn.turns, "workload.multi_turn.turns", "turns"))
+    return used
+
+
+def check_workload_files(workload: Any) -> None:
+    """Read every file the workload names, as ``build_requests`` will, and raise the first
+    problem as one ``WorkloadError``: a trace's header, column types, finite values, order,
+    ranges and the rows its window keeps; each empirical length file's column. Call after
+    ``check_workload``."""
+    if workload.arrival == "trace":
+        _fix_lengths(_trace_rows(workload), workload)
+        return
+    for length, field, default_column in _length_files(workload):
+        if length.dist == "empirical":
+            read_length_column(str(length.path), length.column or default_column,
+                               f"{field}.path")
+
+
 def build_requests(
     workload: Any, rng_arrivals: np.random.Generator, rng_lengths: np.random.Generator
 ) -> pd.DataFrame:
@@ -147,20 +199,8 @@ def build_requests(
         rows = session_rows(workload, rng_arrivals, rng_lengths)
     else:
         rows = _synthetic_rows(workload, rng_arrivals, rng_lengths)
-    for name in ("input_tokens", "output_tokens"):
-        fixed = getattr(workload, name)
-        if fixed is not None and not multi_turn:
-            rows[name] = np.full(len(rows), int(fixed), dtype=np.int64)
-        short = rows[name].to_numpy() < 1
-        if short.any():
-            i = int(np.argmax(short))
-            raise WorkloadError(
-                "workload.trace_path",
-                workload.trace_path,
-                f"{name} is {int(rows[name].iloc[i])} at row {i} after "
-                f"windowing; lengths must be >= 1 (set workload.{name} to "
-                "override every request's length)",
-            )
+    if not multi_turn:
+        _fix_lengths(rows, workload)
     if not multi_turn and _system_prompts(workload):
         rows = add_system_prompts(rows, workload, rng_lengths.spawn(1)[0])
     columns = [*COLUMNS, "hash_ids"] if "hash_ids" in rows else list(COLUMNS)

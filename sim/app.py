@@ -3,10 +3,15 @@
 A thin shell: it registers the config schemas, validates everything before simulating,
 and turns bad input into one line on stderr with exit code 2. In a sweep (``-m``) a job's
 failure is written to its ``failed.json`` instead, and the other jobs go on.
+
+Nothing is lost: every file is written atomically and ``summary.json`` last, as the run's
+completion marker; Ctrl-C writes what was simulated so far (``"partial": true``) and exits
+with code 130; ``resume=true`` skips a run or sweep job whose complete outputs exist.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -14,22 +19,28 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 from tqdm import tqdm
 
-from analysis.collect import FAILED_JSON
-from analysis.config import SLOConfig, check_slo
+from analysis.collect import FAILED_JSON, SUMMARY_JSON, write_sweep_summary
+from analysis.config import SLOConfig
 from analysis.metrics import summarize
 from analysis.plots import write_plots
-from analysis.report import atomic_write, format_summary, write_run
-from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_for_seed
-from sim.builders import check_config, pool_memory_budgets
+from analysis.report import (
+    atomic_write,
+    format_summary,
+    run_is_complete,
+    write_summary,
+    write_tables,
+)
+from scenarios import WorkloadConfig, WorkloadError, requests_for_seed
+from sim.builders import pool_memory_budgets
 from sim.config import (
     SCHEMAS,
     BackendConfig,
@@ -43,6 +54,7 @@ from sim.engine import simulate
 from sim.errors import ConfigError
 from sim.kv_cache import kv_blocks
 from sim.memory import GIB
+from sim.validation import validate_config
 
 log = logging.getLogger("sim")
 
@@ -66,6 +78,8 @@ class Config:
     plots: bool = True
     keep_itl_samples: bool = False
     fast_forward: bool = True
+    check_invariants: bool = False
+    resume: bool = False
 
 
 def register_configs() -> None:
@@ -108,12 +122,12 @@ def log_memory_budgets(cfg) -> None:
 
 def run(cfg: DictConfig, outdir: Path) -> dict:
     """One simulation end to end; returns the summary that was written to ``outdir``."""
-    check_config(cfg)
-    check_workload(cfg.workload)
-    check_slo(cfg.slo)
+    validate_config(cfg)
     show_progress = _progress_enabled(cfg.progress)
     log_memory_budgets(cfg)
     requests = requests_for_seed(cfg.workload, cfg.seed)
+    # the folder's outputs are about to be replaced: not complete until this run's summary
+    (Path(outdir) / SUMMARY_JSON).unlink(missing_ok=True)
     with tqdm(total=len(requests), unit="req", disable=not show_progress, mininterval=0.5,
               desc="simulating") as bar:
         records = simulate(cfg, requests, progress=bar, keep_itl_samples=cfg.keep_itl_samples)
@@ -122,12 +136,68 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
                     "backend": cfg.backend.name,
                     "scheduler": cfg.scheduler.name, "workload": cfg.workload.name,
                     "seed": cfg.seed, "sim_time_s": records.meta["sim_time_s"]})
-    write_run(records, summary, outdir)
+    summary.update(run_state(records))
+    summary["config_sha256"] = config_digest(cfg)
+    outputs = write_tables(records, outdir)
     if cfg.plots:
-        write_plots(records, outdir)
+        outputs += write_plots(records, outdir)
+    write_summary(summary, outdir, outputs)  # last: it marks the outputs complete
     print(format_summary(summary))
     print(f"outputs: {outdir}")
     return summary
+
+
+NOT_ENDED = ("pending", "waiting", "running", "transferring")  # statuses of live requests
+
+
+def run_state(records) -> dict:
+    """Whether the run is ``partial`` (stopped by Ctrl-C), how many requests had not ended
+    (``unfinished``: still in one of ``NOT_ENDED``) and, if partial, when it stopped."""
+    state = {"partial": records.partial,
+             "unfinished": int(records.requests["status"].isin(NOT_ENDED).sum())}
+    if records.partial:
+        state["interrupted_at_sim_s"] = records.meta["interrupted_at_sim_s"]
+    return state
+
+
+RESUME_IGNORES = ("resume", "progress", "check_invariants")  # leave the outputs as they are
+
+
+def config_digest(cfg: DictConfig) -> str:
+    """SHA-256 of the resolved config, less ``RESUME_IGNORES``: which config a run folder's
+    outputs came from, so that ``resume`` never takes another config's outputs for its own
+    (a sweep's job N is another combination when the sweep's values change)."""
+    doc = OmegaConf.to_container(cfg, resolve=True)
+    for key in RESUME_IGNORES:
+        doc.pop(key, None)
+    text = json.dumps(doc, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def completed_summary(cfg: DictConfig, outdir: Path) -> dict | None:
+    """The summary of ``outdir`` when it holds complete outputs of this very config
+    (``analysis.report.run_is_complete`` and the same ``config_digest``), else None."""
+    if not run_is_complete(outdir):
+        return None
+    summary = json.loads((Path(outdir) / SUMMARY_JSON).read_text())
+    return summary if summary.get("config_sha256") == config_digest(cfg) else None
+
+
+def interrupted(summary: dict, outdir: Path, sweep_dir: Path | None = None) -> NoReturn:
+    """After Ctrl-C: one line on stderr saying what was written, the sweep's table when in a
+    sweep, and exit code 130 (the shell's code for SIGINT)."""
+    where = f"{outdir}/{SUMMARY_JSON}"
+    hint = ""
+    if sweep_dir is not None:
+        try:
+            write_sweep_summary(sweep_dir)
+        except ConfigError:
+            pass  # no job folder there (the nodes share no file system): nothing to gather
+        hint = f"; to finish the sweep, rerun it with resume=true hydra.sweep.dir={sweep_dir}"
+    print(f"interrupted at {summary['interrupted_at_sim_s']:.3f} simulated s: partial results "
+          f"({summary['completed']} completed, {summary['rejected']} rejected, "
+          f"{summary['unfinished']} unfinished) in {where}{hint}", file=sys.stderr)
+    sys.exit(130)
 
 
 INPUT_ERRORS = (ConfigError, WorkloadError)  # bad input: one line, exit code 2
@@ -174,11 +244,20 @@ def main(cfg: DictConfig) -> None:
     """Hydra entry point of one simulation (also runs each job of a ``-m`` sweep)."""
     hc = HydraConfig.get()
     outdir = Path(hc.runtime.output_dir)
-    if hc.mode == RunMode.MULTIRUN:
-        run_sweep_job(cfg, outdir, str(hc.job.num), list(hc.overrides.task))
+    sweep = hc.mode == RunMode.MULTIRUN
+    if cfg.resume and completed_summary(cfg, outdir) is not None:
+        log.info("%s: complete outputs exist, skipped",
+                 f"job {hc.job.num}" if sweep else f"run in {outdir}")
+        return
+    if sweep:
+        summary = run_sweep_job(cfg, outdir, str(hc.job.num), list(hc.overrides.task))
+        if summary is not None and summary["partial"]:
+            interrupted(summary, outdir, Path(hc.sweep.dir))
         return
     try:
-        run(cfg, outdir)
+        summary = run(cfg, outdir)
     except INPUT_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if summary["partial"]:
+        interrupted(summary, outdir)

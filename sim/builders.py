@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from omegaconf import DictConfig, OmegaConf
 
 from sim.config import (
+    KVCacheConfig,
     check_backend,
     check_cluster,
     check_cost_model,
@@ -94,22 +95,47 @@ def replica_memory_budget(cfg) -> MemoryBudget:
                          pp=c.pipeline_parallel_size)
 
 
-def pool_memory_budgets(cfg) -> dict[str, MemoryBudget]:
-    """The memory plan of a replica of each pool: ``mixed``, or ``prefill`` and ``decode`` in
-    a disaggregated cluster (each with its own tensor-parallel size, as ``sim.cluster``
-    builds them)."""
+def pool_configs(cfg) -> dict[str, SimpleNamespace]:
+    """The plain config of a replica of each pool: ``mixed``, or ``prefill`` and ``decode`` in
+    a disaggregated cluster, each with its own tensor-parallel size (as ``sim.cluster`` builds
+    them)."""
     cfg = plain(cfg)
     c = cfg.cluster
     if not c.disaggregated:
-        return {"mixed": replica_memory_budget(cfg)}
+        return {"mixed": cfg}
     out = {}
     for pool, tp in (("prefill", c.prefill_tensor_parallel_size),
                      ("decode", c.decode_tensor_parallel_size)):
         pool_cfg = SimpleNamespace(**vars(cfg))
         pool_cfg.cluster = dataclasses.replace(
             c, tensor_parallel_size=c.tensor_parallel_size if tp is None else tp)
-        out[pool] = replica_memory_budget(pool_cfg)
+        out[pool] = pool_cfg
     return out
+
+
+def pool_tp_field(cfg, pool: str) -> str:
+    """The config field that sets the tensor-parallel size of ``pool``'s replicas (errors
+    about that size name it, not the field its value may have been copied from)."""
+    c = cfg.cluster
+    if pool in ("prefill", "decode") and getattr(c, f"{pool}_tensor_parallel_size") is not None:
+        return f"cluster.{pool}_tensor_parallel_size"
+    return "cluster.tensor_parallel_size"
+
+
+def pool_memory_budgets(cfg) -> dict[str, MemoryBudget]:
+    """The memory plan of a replica of each pool (``pool_configs``)."""
+    return {pool: replica_memory_budget(c) for pool, c in pool_configs(cfg).items()}
+
+
+def effective_kv_config(kv_cfg: KVCacheConfig, scheduler_name: str) -> KVCacheConfig:
+    """``kv_cfg`` without the settings scheduler ``scheduler_name`` ignores
+    (``ignored_settings``): swap becomes recompute, prefix caching goes off."""
+    cls = SCHEDULERS[scheduler_name]
+    if kv_cfg.preemption == "swap" and not cls.swaps:
+        kv_cfg = dataclasses.replace(kv_cfg, preemption="recompute")
+    if kv_cfg.prefix_caching and not cls.uses_prefix_cache:
+        kv_cfg = dataclasses.replace(kv_cfg, prefix_caching=False)
+    return kv_cfg
 
 
 def ignored_settings(cfg) -> list[str]:
@@ -137,11 +163,7 @@ def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaP
     budget = replica_memory_budget(cfg)
     largest = int((table.prompt + table.max_output).max()) if table.size else 0
     cls = SCHEDULERS[cfg.scheduler.name]
-    kv_cfg = cfg.kv_cache
-    if kv_cfg.preemption == "swap" and not cls.swaps:  # ignored (``ignored_settings``)
-        kv_cfg = dataclasses.replace(kv_cfg, preemption="recompute")
-    if kv_cfg.prefix_caching and not cls.uses_prefix_cache:
-        kv_cfg = dataclasses.replace(kv_cfg, prefix_caching=False)
+    kv_cfg = effective_kv_config(cfg.kv_cache, cfg.scheduler.name)
     kv = build_kv_cache(kv_cfg, cfg.hardware, budget, table.size,
                         largest_request_tokens=largest)
     scheduler = cls(cfg.scheduler, table, kv, itl)

@@ -8,12 +8,19 @@ table per pool and one per-request KV ``held`` array (a request is on one replic
 time), so memory does not grow with replicas × requests.
 
 With ``cluster.failure.mtbf_s`` set, each replica fails after exponential times (mean
-``mtbf_s``, its own stream) and comes back empty ``mttr_s`` later. The requests it held go
-back to its pool's router and are recomputed elsewhere (their generated tokens are kept,
-as in recompute preemption; ``retries`` counts them); with no replica of the pool up they
-wait for the first repair. Random streams are children of ``SeedSequence(seed)`` with
-their own spawn keys: arrivals 0 and lengths 1 (``scenarios``), routing ``(2, pool)``,
-failures ``(4, replica)``, so turning routing or failures on leaves the requests unchanged.
+``mtbf_s``, its own stream) and comes back empty ``mttr_s`` later (never, with ``mttr_s``
+null). The requests it held go back to its pool's router and are recomputed elsewhere (their
+generated tokens are kept, as in recompute preemption; ``retries`` counts them); with no
+replica of the pool up they wait for the first repair. A request fails instead (status
+``failed``) when its replicas have failed more than ``failure.max_retries`` times
+(``retries_exhausted``), or when every replica of its pool is lost for good
+(``no_replica_left``), so every request ends completed, rejected or failed. Stragglers and
+link degradation are in ``sim.faults``.
+
+Random streams are children of ``SeedSequence(seed)`` with their own spawn keys: arrivals 0
+and lengths 1 (``scenarios``), routing ``(2, pool)``, failures ``(4, replica)``, stragglers
+5 and the KV link 6 (``sim.faults``), so turning routing or faults on leaves the requests
+unchanged. With ``check_invariants`` every step is checked (``sim.invariants``).
 """
 
 from __future__ import annotations
@@ -31,10 +38,21 @@ from sim.builders import ReplicaParts, build_replica_parts, ignored_settings, pl
 from sim.config import check_cluster
 from sim.disagg import Disaggregation
 from sim.errors import ConfigError
+from sim.faults import fault_meta, link_schedule, stragglers
+from sim.invariants import InvariantChecker
 from sim.records import LogHistogram
 from sim.replica import Replica
 from sim.routers import ROUTERS, PoolView, Router
-from sim.state import RUNNING, TOO_BIG_FOR_CACHE, TOO_LONG, TRANSFERRING, WAITING, RequestTable
+from sim.state import (
+    NO_REPLICA_LEFT,
+    RETRIES_EXHAUSTED,
+    RUNNING,
+    TOO_BIG_FOR_CACHE,
+    TOO_LONG,
+    TRANSFERRING,
+    WAITING,
+    RequestTable,
+)
 
 ROUTING_STREAM, FAULT_STREAM = 2, 4  # spawn keys under the run's SeedSequence
 log = logging.getLogger(__name__)
@@ -54,6 +72,7 @@ class Pool:
     view: PoolView | None = None
     router: Router | None = None
     parked: list[int] = field(default_factory=list)  # waiting for a replica to come back
+    lost: int = 0  # replicas down for good (failures without repair)
     on_finish: object = None  # (pool, r, ids, now) when requests finish on replica r
 
 
@@ -62,15 +81,25 @@ class Cluster:
 
     def __init__(self, env: simpy.Environment, cfg, table: RequestTable, itl: LogHistogram,
                  seed: int = 0, hash_ids: np.ndarray | None = None,
-                 fast_forward: bool = True) -> None:
-        """``cfg``: the composed config; ``hash_ids``: per request, prefix-block hashes."""
+                 fast_forward: bool = True, check_invariants: bool = False) -> None:
+        """``cfg``: the composed config; ``hash_ids``: per request, prefix-block hashes;
+        ``check_invariants``: assert the run's invariants after every step (slow; tests)."""
         self.env, self.cfg, self.table = env, plain(cfg), table
         self.seed, self.hash_ids, self.fast_forward = int(seed), hash_ids, fast_forward
+        self.check_invariants = check_invariants
+        self.checker = InvariantChecker(self) if check_invariants else None
         self.held = np.zeros(table.size, np.int64)
+        self.submitted = np.zeros(table.size, bool)  # reached the cluster (not refused)
         self.on_done = lambda ids, now: None  # requests that ended for good
         self.failure_log: list[list] = []  # [replica, down_s, up_s]
         c = self.cfg.cluster
         check_cluster(c)
+        total = c.prefill_replicas + c.decode_replicas if c.disaggregated else c.replicas
+        self.speeds = stragglers(c.straggler, total, self.seed)
+        self.link = link_schedule(c.link_degradation, self.seed) if c.disaggregated else None
+        if c.link_degradation.mtbd_s is not None and not c.disaggregated:
+            log.warning("cluster.link_degradation is ignored: the cluster is not "
+                        "disaggregated (no KV transfers)")
         self.pools: list[Pool] = []
         if c.disaggregated:
             self.prefill_table = RequestTable(table.arrival, table.prompt,
@@ -83,7 +112,7 @@ class Cluster:
                                  LogHistogram())
             decode = self._pool("decode", c.decode_replicas, c.decode_tensor_parallel_size,
                                 table, itl)
-            self.disagg = Disaggregation(self, prefill, decode)
+            self.disagg = Disaggregation(self, prefill, decode, self.link)
         else:
             self.prefill_table = None
             self.disagg = None
@@ -127,7 +156,8 @@ class Cluster:
             pool.replicas.append(Replica(
                 self.env, parts.scheduler, parts.cost_model,
                 on_complete=lambda ids, now, p=pool, r=r: p.on_finish(p, r, ids, now),
-                fast_forward=self.fast_forward))
+                fast_forward=self.fast_forward, gid=first + r,
+                speed=self.speeds.get(first + r), check=self.checker))
         meta = pool.parts[0].meta
         kv_tokens = (meta["num_gpu_blocks"] - 1) * meta["block_size"]
         pool.view = PoolView([p.scheduler for p in pool.parts], table, self.hash_ids, kv_tokens,
@@ -163,6 +193,7 @@ class Cluster:
     # ---- routing ------------------------------------------------------------------------
     def submit(self, rid: int) -> None:
         """A new request (one some replica can serve) reaches the cluster now."""
+        self.submitted[rid] = True
         self.route(self.pools[0], rid)
 
     def assign(self, pool: Pool, rid: int) -> int:
@@ -177,10 +208,14 @@ class Cluster:
         return r
 
     def route(self, pool: Pool, rid: int) -> None:
-        """Send ``rid`` to a replica of ``pool`` that is up, or park it until one is back."""
+        """Send ``rid`` to a replica of ``pool`` that is up, or park it until one is back
+        (it fails when none will be)."""
         r = self.assign(pool, rid)
         if r < 0:
-            pool.parked.append(rid)
+            if self.lost(pool):
+                self.fail_requests(np.array([rid]), NO_REPLICA_LEFT)
+            else:
+                pool.parked.append(rid)
         else:
             pool.replicas[r].submit(rid)
 
@@ -195,10 +230,41 @@ class Cluster:
             yield self.env.timeout(rng.exponential(f.mtbf_s))
             entry = [pool.first + r, self.env.now, np.nan]
             self.failure_log.append(entry)
+            if f.mttr_s is None:
+                self.lose(pool, r)
+                return
             self.fail(pool, r)
             yield self.env.timeout(f.mttr_s)
             self.repair(pool, r)
             entry[2] = self.env.now
+
+    def lose(self, pool: Pool, r: int) -> None:
+        """Replica ``r`` of ``pool`` goes down for good (if it is up: as ``fail``); when it
+        was the pool's last, the requests waiting for one fail (``no_replica_left``)."""
+        pool.lost += 1  # before its requests are re-routed: none may wait for it
+        if pool.replicas[r].up:
+            self.fail(pool, r)
+        if self.lost(pool):
+            self._give_up(pool)
+
+    def lost(self, pool: Pool) -> bool:
+        """Whether every replica of ``pool`` is down for good."""
+        return pool.lost == len(pool.replicas)
+
+    def _give_up(self, pool: Pool) -> None:
+        """``pool`` has no replica left: requests waiting for one fail."""
+        parked, pool.parked = pool.parked, []
+        if parked:
+            self.fail_requests(np.array(parked, np.int64), NO_REPLICA_LEFT)
+        if self.disagg is not None and pool is self.disagg.decode:
+            self.disagg.give_up()
+        if self.checker is not None:
+            self.checker.check_all(-1, "after the last replica of a pool was lost")
+
+    def fail_requests(self, rids: np.ndarray, reason: int) -> None:
+        """``rids`` cannot complete: they end now as failed, with a ``FAIL_REASONS`` code."""
+        self.table.fail(rids, reason, self.env.now)
+        self.on_done(rids, self.env.now)
 
     def fail(self, pool: Pool, r: int) -> None:
         """Replica ``r`` of ``pool`` goes down now; its requests go back to the router."""
@@ -213,12 +279,32 @@ class Cluster:
         moving = t.status[lost] == TRANSFERRING
         self.held[lost] = 0
         t.retry(lost)
+        spent = self._out_of_retries(lost)
+        if spent.any():
+            if self.disagg is not None:
+                for rid in lost[spent & moving]:  # its transfer will not land anywhere
+                    self.disagg.in_flight.pop(int(rid), None)
+            self.fail_requests(lost[spent], RETRIES_EXHAUSTED)
+            lost, moving = lost[~spent], moving[~spent]
         if self.disagg is not None and pool is self.disagg.decode:
             for rid in lost[moving]:  # the KV cache was still on its way: send it again
                 self.disagg.send(int(rid))
             lost = lost[~moving]
         for rid in lost:
             self.route(pool, int(rid))
+        if self.checker is not None:
+            self.checker.check_all(pool.first + r, "after the replica failed")
+
+    def _out_of_retries(self, rids: np.ndarray) -> np.ndarray:
+        """Which of ``rids`` have been retried more than ``failure.max_retries`` times (on
+        either pool of a disaggregated cluster)."""
+        limit = self.cfg.cluster.failure.max_retries
+        if limit is None:
+            return np.zeros(len(rids), bool)
+        tries = self.table.retries[rids]
+        if self.prefill_table is not None:
+            tries = tries + self.prefill_table.retries[rids]
+        return tries > limit
 
     def repair(self, pool: Pool, r: int) -> None:
         """Replica ``r`` of ``pool`` is back, empty; parked requests are routed again."""
@@ -232,6 +318,8 @@ class Cluster:
             self.route(pool, rid)
         if self.disagg is not None and pool is self.disagg.decode:
             self.disagg.resume()
+        if self.checker is not None:
+            self.checker.check_all(pool.first + r, "after the replica was repaired")
 
     # ---- records ------------------------------------------------------------------------
     def timeline(self) -> pd.DataFrame:
@@ -251,7 +339,7 @@ class Cluster:
 
     def meta(self, sim_time_s: float) -> dict:
         """Derived facts of the run: the first pool's replica facts, the layout of every
-        replica, and the failures."""
+        replica, the failures, and the fault settings and episodes."""
         meta = dict(self.pools[0].parts[0].meta)
         pools, blocks = [], []
         for pool in self.pools:
@@ -264,6 +352,9 @@ class Cluster:
                     replica_downtime_s=float(down.sum()),
                     failures=[{"replica": int(g), "down_s": float(a),
                                "up_s": None if np.isnan(b) else float(b)} for g, a, b in log])
+        meta.update(fault_meta(self.cfg.cluster, self.speeds, self.link, sim_time_s))
+        if self.checker is not None:
+            meta["invariant_checks"] = self.checker.counts()
         if self.disagg is not None:
             meta["pools"] = {p.name: dict(p.parts[0].meta) for p in self.pools}
         return meta

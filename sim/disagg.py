@@ -12,7 +12,12 @@ kv_transfer_bandwidth``: every GPU of a replica moves its own shard of the KV ca
 KV heads of its pipeline stage's layers) over its own link, and the side with the larger
 shard (the smaller tensor-parallel size) sets the time. The decode replica allocates its
 blocks when the request is admitted after the transfer; a transfer whose decode replica fails
-is sent again to another one.
+is sent again to another one (unless the request has used up its retries), and a prefilled
+request fails (``no_replica_left``) when every decode replica is lost for good.
+
+With ``cluster.link_degradation`` the link has episodes of lower bandwidth and added latency
+(``sim.faults.LinkSchedule``): a transfer's data moves piecewise at the bandwidth in force at
+each instant, and the added latency counts when the transfer starts inside an episode.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import numpy as np
 import pandas as pd
 
 from sim.cost.base import BOUNDS
+from sim.faults import LinkSchedule
 from sim.memory import kv_bytes_per_token
 from sim.records import ColumnBuffer
 from sim.replica import TIMELINE_COLUMNS
-from sim.state import TRANSFERRING
+from sim.state import NO_REPLICA_LEFT, TRANSFERRING
 
 KIND_KV_TRANSFER = 1  # code of a transfer in the timeline's ``kind`` column (0: a step)
 
@@ -32,9 +38,11 @@ KIND_KV_TRANSFER = 1  # code of a transfer in the timeline's ``kind`` column (0:
 class Disaggregation:
     """Moves requests from the prefill pool to the decode pool of a cluster."""
 
-    def __init__(self, cluster, prefill, decode) -> None:
-        """``cluster``: the owning ``Cluster``; ``prefill``/``decode``: its two pools."""
+    def __init__(self, cluster, prefill, decode, link: LinkSchedule | None = None) -> None:
+        """``cluster``: the owning ``Cluster``; ``prefill``/``decode``: its two pools;
+        ``link``: the link's degraded episodes (None: always at full speed)."""
         self.cluster, self.prefill, self.decode = cluster, prefill, decode
+        self.link = link
         prefill.on_finish = self._prefilled
         cfg = cluster.cfg
         c = cfg.cluster
@@ -50,12 +58,17 @@ class Disaggregation:
         self.end_s = np.full(n, np.nan)
         self._rows = ColumnBuffer(TIMELINE_COLUMNS, capacity=1024)
         self._row_replica: list[int] = []
-        self._parked: list[int] = []  # prefilled while no decode replica was up
+        self.parked: list[int] = []  # prefilled while no decode replica was up
+        self.in_flight: dict[int, int] = {}  # rid → retry count when its transfer started
         self._comm = BOUNDS.index("comm")
 
-    def transfer_time(self, prompt_tokens: int) -> float:
-        """Seconds to move the KV cache of a prompt to a decode replica."""
-        return self.latency_s + prompt_tokens * self.seconds_per_token
+    def transfer_time(self, prompt_tokens: int, start: float = 0.0) -> float:
+        """Seconds to move the KV cache of a prompt to a decode replica, starting at
+        ``start`` (which matters only on a degraded link)."""
+        data_s = prompt_tokens * self.seconds_per_token
+        if self.link is None:
+            return self.latency_s + data_s
+        return self.link.transfer_time(start, self.latency_s, data_s)
 
     def _prefilled(self, pool, r: int, ids: np.ndarray, now: float) -> None:
         pool.view.outstanding[r] -= len(ids)
@@ -70,17 +83,21 @@ class Disaggregation:
         c = self.cluster
         t, now = c.table, c.env.now
         t.status[rid] = TRANSFERRING
+        self.in_flight.pop(rid, None)  # a transfer its decode replica's failure cut short
         r = c.assign(self.decode, rid)
         if r < 0:
-            self._parked.append(rid)
+            if c.lost(self.decode):
+                c.fail_requests(np.array([rid]), NO_REPLICA_LEFT)
+            else:
+                self.parked.append(rid)
             return
-        duration = self.transfer_time(int(t.prompt[rid]))
+        duration = self.transfer_time(int(t.prompt[rid]), now)
         self.start_s[rid] = now
         blocks = self.decode.view.schedulers[r].kv.blocks_for(t.prompt[rid])
         self._rows.append(now, duration, 1, t.prompt[rid], 0, 0, 0, blocks,
                           0.0, 0.0, duration, 0.0, self._comm, 0.0)
         self._row_replica.append(self.decode.first + r)
-        attempt = int(t.retries[rid])
+        attempt = self.in_flight[rid] = int(t.retries[rid])
         c.env.timeout(duration).callbacks.append(
             lambda _e, rid=rid, r=r, a=attempt: self._arrived(rid, r, a))
 
@@ -89,15 +106,22 @@ class Disaggregation:
         t = c.table
         if t.retries[rid] != attempt:  # its decode replica failed meanwhile: sent again
             return
+        del self.in_flight[rid]
         self.end_s[rid] = c.env.now
         t.computed[rid] = t.prompt[rid] - 1  # the last prompt token is recomputed here
         self.decode.replicas[r].submit(rid)
 
     def resume(self) -> None:
         """A decode replica is back: send what was prefilled while none was up."""
-        parked, self._parked = self._parked, []
+        parked, self.parked = self.parked, []
         for rid in parked:
             self.send(rid)
+
+    def give_up(self) -> None:
+        """Every decode replica is lost for good: what waits for one fails."""
+        parked, self.parked = self.parked, []
+        if parked:
+            self.cluster.fail_requests(np.array(parked, np.int64), NO_REPLICA_LEFT)
 
     def timeline(self) -> pd.DataFrame:
         """One row per transfer, on the receiving replica: ``step_time_s`` and ``comm_s``

@@ -10,16 +10,26 @@ scenario readers nor analysis.
 Multi-turn sessions (``scenarios.sessions``) need nothing more: a session is a client whose
 first turn has an arrival time and whose later turns have NaN ones, so each turn is released
 its think time after the previous turn completes, as a closed-loop follow-up.
+
+Ctrl-C while simulating (SIGINT, or a ``KeyboardInterrupt`` raised by a progress callback)
+stops the event loop between two events and returns what was simulated so far, with
+``meta["partial"]`` true and ``meta["interrupted_at_sim_s"]``; requests that had not ended
+keep their status (pending, waiting, running) and a NaN completion.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
 import simpy
+from simpy.core import EmptySchedule
 
 from sim.cluster import Cluster
 from sim.records import LogHistogram, Records
@@ -108,12 +118,61 @@ class _Arrivals:
             self.done.succeed()
 
 
+class _StopRequest:
+    """Set by Ctrl-C while simulating; the event loop checks it between events."""
+
+    requested = False
+
+
+@contextmanager
+def _ctrl_c_stops(stop: _StopRequest) -> Iterator[None]:
+    """While the body runs, the first SIGINT only sets ``stop.requested``, so the event loop
+    ends between two events with consistent state; a second one raises at once. Left alone
+    outside the main thread or when someone else handles SIGINT."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        stop.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _run(env: simpy.Environment, done: simpy.Event, table: RequestTable) -> bool:
+    """Process events until ``done`` has been processed (as ``env.run(until=done)``) or
+    Ctrl-C stops the loop; whether it was stopped."""
+    stop = _StopRequest()
+    step = env.step
+    with _ctrl_c_stops(stop):
+        try:
+            while done.callbacks is not None:  # None once the event has been processed
+                if stop.requested:
+                    return True
+                step()
+        except KeyboardInterrupt:  # from a callback, or a second Ctrl-C
+            return True
+        except EmptySchedule:  # no event left while a request has not ended
+            stuck = np.flatnonzero(np.isnan(table.completion))
+            raise RuntimeError(f"simulation stalled with {len(stuck)} requests unfinished "
+                               f"(first: {stuck[:5].tolist()})") from None
+    return False
+
+
 def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool = False) -> Records:
     """Run the configured cluster (one replica by default) over ``requests``; its records.
 
     ``cfg`` is the composed config (model, hardware, scheduler, kv_cache, cluster, cost_model;
     ``seed`` picks the routing and failure streams); ``progress`` is an optional tqdm-like
-    object updated by completed request counts.
+    object updated by completed request counts. Ctrl-C (or a ``KeyboardInterrupt`` from
+    ``progress``) ends the run early: the records of what was simulated up to then, marked
+    ``meta["partial"]`` with ``meta["interrupted_at_sim_s"]``.
     """
     ttft_slo = requests["ttft_slo_ms"].to_numpy() * 1e-3 if "ttft_slo_ms" in requests else None
     table = RequestTable(requests["arrival_time_s"].to_numpy(),
@@ -128,14 +187,12 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
     env = simpy.Environment()
     itl = LogHistogram(keep_samples=keep_itl_samples)
     cluster = Cluster(env, cfg, table, itl, seed=getattr(cfg, "seed", 0), hash_ids=hash_ids,
-                      fast_forward=bool(getattr(cfg, "fast_forward", True)))
+                      fast_forward=bool(getattr(cfg, "fast_forward", True)),
+                      check_invariants=bool(getattr(cfg, "check_invariants", False)))
     arrivals = _Arrivals(env, table, cluster, client, think, progress)
-    try:
-        env.run(until=arrivals.done)
-    except RuntimeError as e:  # no event left while a request has not ended
-        stuck = np.flatnonzero(np.isnan(table.completion))
-        raise RuntimeError(f"simulation stalled with {len(stuck)} requests unfinished "
-                           f"(first: {stuck[:5].tolist()})") from e
+    interrupted = _run(env, arrivals.done, table)
+    if cluster.checker is not None:
+        cluster.checker.check_all(-1, "at the end of the run")
     frame = _request_frame(cluster, client)
     if "request_class" in requests:
         frame.insert(2, "request_class", requests["request_class"].to_numpy())
@@ -143,7 +200,10 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
         frame["ttft_slo_ms"] = requests["ttft_slo_ms"].to_numpy(np.float64)
     meta = cluster.meta(float(env.now))
     meta.update(sim_time_s=float(env.now),
-                prefix_caching=bool(getattr(cluster.cfg.kv_cache, "prefix_caching", False)))
+                prefix_caching=bool(getattr(cluster.cfg.kv_cache, "prefix_caching", False)),
+                partial=interrupted)
+    if interrupted:
+        meta["interrupted_at_sim_s"] = float(env.now)
     return Records(frame, cluster.timeline(), itl, meta)
 
 
@@ -177,4 +237,5 @@ def _request_frame(cluster: Cluster, client: np.ndarray) -> pd.DataFrame:
         "status": status,
         "reject_reason": np.where(t.status == REJECTED,
                                   np.array(REJECT_REASONS)[t.reject_reason], ""),
+        "fail_reason": t.fail_reason_names(),
     })

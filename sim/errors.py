@@ -10,3 +10,27 @@ class ConfigError(ValueError):
     def __init__(self, field: str, value: object, expected: str) -> None:
         self.field, self.value, self.expected = field, value, expected
         super().__init__(f"{field}={value!r}: {expected}")
+
+
+class InvariantError(AssertionError):
+    """A simulation invariant broke (``check_invariants=true``): a bug, not bad input.
+
+    Names the invariant, the replica (−1: the cluster as a whole), the simulated time and
+    the requests involved.
+    """
+
+    def __init__(self, invariant: str, replica: int, time_s: float, request_ids=(),
+                 detail: str = "") -> None:
+        self.invariant, self.replica, self.time_s = invariant, int(replica), float(time_s)
+        self.request_ids = [int(r) for r in request_ids]
+        self.detail = detail
+        # every field in args: SimPy re-raises a process's exception as type(e)(*e.args)
+        super().__init__(invariant, self.replica, self.time_s, self.request_ids, detail)
+
+    def __str__(self) -> str:
+        where = f"replica {self.replica}" if self.replica >= 0 else "the cluster"
+        ids, n = self.request_ids[:10], len(self.request_ids)
+        more = f" (+{n - 10} more)" if n > 10 else ""
+        detail = f": {self.detail}" if self.detail else ""
+        return (f"invariant {self.invariant!r} violated on {where} at t={self.time_s:.9g}s"
+                f"{detail}; requests {ids}{more}")

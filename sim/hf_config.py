@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from sim.config.model import ModelConfig
+from sim.config.model import MAX_LAYERS, ModelConfig
 from sim.errors import ConfigError
 
 QWEN_NEXT = "Qwen3NextForCausalLM"
@@ -162,14 +162,24 @@ READERS = {
 def model_fields(config: dict, name: str, hf_id: str = "") -> dict[str, Any]:
     """Every ``ModelConfig`` field of a parsed ``config.json`` (absent blocks at defaults)."""
     archs = config.get("architectures") or []
-    arch = archs[0] if archs else ""
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
     if arch not in READERS:
         raise ConfigError("model", f"{name} (architectures={archs})",
                           f"one of the supported architectures: {', '.join(READERS)}")
+    layers = config.get("num_hidden_layers")
+    if isinstance(layers, int) and layers > MAX_LAYERS:  # before any per-layer list is built
+        raise ConfigError("model", f"{name} (num_hidden_layers={layers})",
+                          f"at most {MAX_LAYERS} layers")
     try:
         read = READERS[arch](config, name)
+    except ConfigError:
+        raise
     except KeyError as e:
         raise ConfigError("model", name, f"a config.json with {e.args[0]!r} ({arch})") from None
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        # a field of the wrong type or value, e.g. "num_attention_heads": null or 0
+        raise ConfigError("model", name, f"a config.json whose {arch} fields have their usual "
+                          f"types and values ({type(e).__name__}: {e})") from None
     out = {f.name: f.default for f in fields(ModelConfig)}
     out.update(name=name, hf_id=hf_id or config.get("_name_or_path", ""), architecture=arch)
     out.update(read)

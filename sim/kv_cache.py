@@ -275,6 +275,37 @@ class PagedKVCache:
             if n == len(hashes):
                 pending.discard(rid)
 
+    def audit(self, rids: np.ndarray) -> str:
+        """What is wrong with the block accounting ("" when nothing is), given ``rids``:
+        every request that holds blocks of this cache. Their own KV and state blocks plus,
+        once each, the cached prefix blocks they reference must be the blocks in use, and
+        the prefix pool's references must be theirs (``check_invariants``)."""
+        if not 0 <= self.free_blocks <= self.num_blocks:
+            return f"{self.free_blocks} free blocks, outside [0, {self.num_blocks}]"
+        held = self.held[rids]
+        n = int(held.sum()) + self.state_blocks * int(np.count_nonzero(held))
+        if self.prefix is not None:
+            refs, ref = self.prefix.refs, self._ref
+            theirs = [ref.get(r, 0) for r in rids.tolist()]
+            if sum(theirs) != sum(refs.values()) or len(ref) != np.count_nonzero(theirs):
+                return (f"the prefix pool counts {sum(refs.values())} references, the requests "
+                        f"holding blocks {sum(theirs)} (and {len(ref)} requests reference it)")
+            free_cached = sum(1 for c in refs.values() if c == 0)
+            if free_cached != len(self.prefix.lru) or min(refs.values(), default=0) < 0:
+                return (f"{free_cached} cached blocks have no reference but the LRU of free "
+                        f"cached blocks has {len(self.prefix.lru)}")
+            n += len(refs) - free_cached - sum(theirs)  # a shared block counts once
+        if n != self.used_blocks:
+            return (f"{self.used_blocks} blocks in use ({self.free_blocks} free of "
+                    f"{self.num_blocks}) but the requests holding blocks account for {n}")
+        if self.swap is not None:
+            sw = self.swap
+            if sum(sw.held.values()) != sw.used_blocks or not 0 <= sw.free_blocks <= \
+                    sw.num_blocks:
+                return (f"host swap space: {sw.used_blocks} blocks in use of {sw.num_blocks}, "
+                        f"swapped requests hold {sum(sw.held.values())}")
+        return ""
+
     @property
     def cached_blocks(self) -> int:
         """Blocks that hold a cached prefix block (referenced or free)."""

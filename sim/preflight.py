@@ -14,6 +14,7 @@ the file, so the resolved config saved with the run shows every field. A user's 
 
 from __future__ import annotations
 
+import re
 import sys
 
 from hydra import compose, initialize_config_module
@@ -24,6 +25,12 @@ from sim.errors import ConfigError
 from sim.hf_config import read_hf_config
 
 BASE_MODEL = "base_model"  # the schema itself, registered as an option of group model
+# OmegaConf can neither merge a dict into a structured field that is null nor set a key
+# inside it, so such a field is set where it is defined
+NULL_FIELD = ("a field that is null in the composed config (or a key inside it) cannot be set "
+              "on the command line; choose a config option that sets it (e.g. "
+              "experiment=vidur_synthetic sets workload.total_length) or set it in your own "
+              "conf/ YAML")
 
 
 def one_line(e: BaseException) -> str:
@@ -107,9 +114,13 @@ def compose_each_or_exit(variants: list[list[str]]) -> list:
         sys.exit(2)
     except AssertionError as e:  # OmegaConf, when a key is set inside a field that is null
         dotted = [v.split("=", 1)[0] for v in variants[0] if "=" in v and "." in v]
-        print(f"error: {e} while setting one of {dotted}: a key inside a field that is null "
-              "must be set with the whole field, e.g. workload.total_length={dist:uniform,"
-              "low:256,high:2048}", file=sys.stderr)
+        print(f"error: {e} while setting one of {dotted}: {NULL_FIELD}", file=sys.stderr)
+        sys.exit(2)
+    except AttributeError as e:  # OmegaConf, when a whole field that is null is set to a dict
+        key = re.search(r"full_key: (\S+)", str(e))
+        if key is None:
+            raise
+        print(f"error: {key.group(1)}={{...}}: {NULL_FIELD}", file=sys.stderr)
         sys.exit(2)
 
 

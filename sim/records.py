@@ -132,10 +132,16 @@ class Records:
 
     ``requests``: one row per request (see ``docs/metrics.md`` for columns);
     ``timeline``: one row per engine step; ``itl``: inter-token latencies;
-    ``meta``: derived facts of the run (KV blocks, memory budget, ...).
+    ``meta``: derived facts of the run (KV blocks, memory budget, ...; ``partial`` and
+    ``interrupted_at_sim_s`` when Ctrl-C stopped it early).
     """
 
     requests: pd.DataFrame
     timeline: pd.DataFrame
     itl: LogHistogram
     meta: dict = field(default_factory=dict)
+
+    @property
+    def partial(self) -> bool:
+        """Whether the run was stopped before every request ended (Ctrl-C)."""
+        return bool(self.meta.get("partial", False))

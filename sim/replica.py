@@ -3,19 +3,27 @@
 A replica can fail (``fail``: the step in progress is lost, the replica sleeps until
 ``restart`` gives it a fresh scheduler) and a request routed to it during a fast-forwarded
 decode window cuts the window at the next step boundary, exactly where step-by-step
-simulation would first see the request.
+simulation would first see the request. A straggler (``speed``, ``sim.faults``) multiplies
+the time of every step by the factor in force when the step starts; a decode window ends at
+the first step boundary at or after the factor changes. With ``check`` (an
+``sim.invariants.InvariantChecker``) the state is checked after every step and window.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
-from sim.cost.base import BOUNDS, CostModel
+from sim.cost.base import BOUNDS, CostModel, StepCost
+from sim.faults import SpeedSchedule
 from sim.records import ColumnBuffer
 from sim.schedulers.base import TokenBudgetScheduler
+
+if TYPE_CHECKING:
+    from sim.invariants import InvariantChecker
 
 TIMELINE_COLUMNS = {
     "time_s": "f8", "step_time_s": "f8", "batch_size": "i4", "scheduled_tokens": "i4",
@@ -48,8 +56,12 @@ class Replica:
     def __init__(self, env: simpy.Environment, scheduler: TokenBudgetScheduler,
                  cost_model: CostModel, on_complete: Callable[[np.ndarray, float], None],
                  next_arrival: Callable[[], float] = lambda: float("inf"),
-                 fast_forward: bool = True) -> None:
+                 fast_forward: bool = True, gid: int = 0, speed: SpeedSchedule | None = None,
+                 check: InvariantChecker | None = None) -> None:
+        """``gid``: its run-wide replica id; ``speed``: its straggler episodes (None: never
+        slow); ``check``: the run's invariant checker (None: ``check_invariants`` is off)."""
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
+        self.gid, self.speed, self.check = gid, speed, check
         self.on_complete = on_complete
         self.next_arrival = next_arrival
         self.sees_all_arrivals = False  # set when next_arrival() knows every submission
@@ -137,18 +149,25 @@ class Replica:
                         yield from self._decode_window(batch, k)
                         continue
                 cost = self.cost_model.step_cost(*batch.cost_shape())
+                swap_s = batch.swap_s
+                if self.speed is not None:
+                    f = self.speed.factor_at(now)
+                    if f != 1.0:
+                        cost, swap_s = _slowed(cost, f), swap_s * f
                 scheduled = batch.num_tokens
                 prefill = batch.num_prefill_tokens
                 # KV copies over PCIe (swap in/out, host-tier hits) stall the step
-                step_s = cost.time_s + batch.swap_s
+                step_s = cost.time_s + swap_s
                 record(now, step_s, len(batch.ids), scheduled, prefill,
                        scheduled - prefill, batch.queue_length, kv.used_blocks, cost.compute_s,
                        cost.memory_s, cost.comm_s, cost.host_s, BOUNDS.index(cost.bound),
-                       batch.swap_s)
+                       swap_s)
                 yield env.timeout(step_s)
                 done = sched.update(batch, env.now)
                 if len(done):
                     self.on_complete(done, env.now)
+                if self.check is not None:
+                    self.check.after_step(self, batch)
             except simpy.Interrupt:  # a failure: wait for the repair, then a fresh scheduler
                 self._window, self._cut_pending = None, False
                 self._joins.clear()
@@ -168,7 +187,14 @@ class Replica:
         env, sched = self.env, self.scheduler
         now = env.now
         costs = self.cost_model.decode_window(batch.context_tokens, k)
+        if self.speed is not None:
+            f = self.speed.factor_at(now)
+            if f != 1.0:
+                costs = tuple(a * f for a in costs)
         ends = np.cumsum(np.concatenate(([now], costs[0])))[1:]
+        if self.speed is not None:  # the step in progress at a change keeps its factor
+            k = min(k, int(np.searchsorted(ends, self.speed.next_change(now), side="left")) + 1)
+            ends = ends[:k]
         cuttable = not sched.waiting
         if cuttable:
             k = min(k, int(np.searchsorted(ends, self.next_arrival(), side="left")) + 1)
@@ -191,6 +217,8 @@ class Replica:
         done = sched.update_window(batch, w.ends)
         if len(done):
             self.on_complete(done, env.now)
+        if self.check is not None:
+            self.check.after_window(self, batch, w.used[: len(w.ends)])
 
     def _record_window(self, w: _Window, k: int) -> None:
         """Timeline rows of the first ``k`` steps of a decode window."""
@@ -205,3 +233,9 @@ class Replica:
         bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
         self.timeline.extend(k, starts, time[:k], n, n, 0, n, queue, w.used[:k],
                              compute[:k], memory[:k], comm[:k], host[:k], bound, 0.0)
+
+
+def _slowed(cost: StepCost, factor: float) -> StepCost:
+    """``cost`` of a step run ``factor`` times slower, every part alike."""
+    return StepCost(cost.time_s * factor, cost.compute_s * factor, cost.memory_s * factor,
+                    cost.comm_s * factor, cost.host_s * factor)

@@ -8,7 +8,9 @@ Preemption by recompute sets ``computed`` back to 0 and keeps the generated toke
 
 One table is shared by every replica of a run (a request is on one replica at a time);
 ``replica`` says which one holds it, and a retry after a replica failure is a recompute on
-another replica, counted in ``retries``.
+another replica, counted in ``retries``. Every request ends in one of three ways: completed
+(``FINISHED``), rejected at arrival with a ``reject_reason``, or failed by a fault with a
+``fail_reason`` (too many retries, or no replica of its pool left).
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 # status codes; TRANSFERRING: prefilled, its KV cache on the way to a decode replica
-PENDING, WAITING, RUNNING, FINISHED, REJECTED, TRANSFERRING = range(6)
-STATUS_NAMES = ("pending", "waiting", "running", "completed", "rejected", "transferring")
+PENDING, WAITING, RUNNING, FINISHED, REJECTED, TRANSFERRING, FAILED = range(7)
+STATUS_NAMES = ("pending", "waiting", "running", "completed", "rejected", "transferring",
+                "failed")
+ENDED = (FINISHED, REJECTED, FAILED)  # a request in one of these is done for good
 REJECT_REASONS = ("", "exceeds_max_model_len", "exceeds_kv_cache")
 TOO_LONG, TOO_BIG_FOR_CACHE = 1, 2  # indices into REJECT_REASONS
+FAIL_REASONS = ("", "retries_exhausted", "no_replica_left")
+RETRIES_EXHAUSTED, NO_REPLICA_LEFT = 1, 2  # indices into FAIL_REASONS
 
 
 class RequestTable:
@@ -50,6 +56,7 @@ class RequestTable:
         self.swaps = np.zeros(n, np.int32)
         self.status = np.full(n, PENDING, np.int8)
         self.reject_reason = np.zeros(n, np.int8)
+        self.fail_reason = np.zeros(n, np.int8)
         nan = np.full(n, np.nan)
         self.first_scheduled = nan.copy()
         self.first_token = nan.copy()
@@ -75,3 +82,14 @@ class RequestTable:
         self.status[rid] = REJECTED
         self.reject_reason[rid] = reason
         self.completion[rid] = now
+
+    def fail(self, rids, reason: int, now: float) -> None:
+        """Mark ``rids`` as failed at ``now`` (they cannot complete: a fault took their last
+        chance) with a code from ``FAIL_REASONS``; their generated tokens are kept."""
+        self.status[rids] = FAILED
+        self.fail_reason[rids] = reason
+        self.completion[rids] = now
+
+    def fail_reason_names(self) -> np.ndarray:
+        """Per request, why it failed ("" unless its status is failed)."""
+        return np.where(self.status == FAILED, np.array(FAIL_REASONS)[self.fail_reason], "")

@@ -73,6 +73,10 @@ def test_joblib_sweep_finishes_every_job_and_writes_the_table(sweeps):
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: job")]
     assert len(errors) == 2 and all("WorkloadError" in ln for ln in errors)
     assert "sweep: 4 jobs, 2 failed" in proc.stdout
+    listed = [ln for ln in proc.stdout.splitlines() if ln.startswith("  job ")]
+    assert [ln.split(" failed: ")[0] for ln in listed] == [
+        "  job 0 (scheduler=vllm workload.rate=-1)", "  job 2 (scheduler=sarathi workload.rate=-1)"]
+    assert all("WorkloadError: workload.rate=-1" in ln for ln in listed)
     csv = pd.read_csv(sweep_dir / "sweep_summary.csv")
     np.testing.assert_allclose(csv["mean_ttft_ms"], table["mean_ttft_ms"])
 
@@ -102,6 +106,9 @@ def test_basic_launcher_also_finishes_after_a_failed_job(sweeps):
     assert table.loc[0, "error"] == "ConfigError: scheduler.max_num_seqs=0: must be > 0"
     assert table["scheduler.max_num_seqs"].tolist() == [0, 8]
     assert "sweep: 2 jobs, 1 failed" in proc.stdout
+    # the end of the sweep lists each failure with its overrides and error
+    assert ("  job 0 (scheduler.max_num_seqs=0) failed: ConfigError: "
+            "scheduler.max_num_seqs=0: must be > 0") in proc.stdout.splitlines()
 
 
 def test_unexpected_error_is_recorded_with_its_traceback(tmp_path, monkeypatch, capsys):

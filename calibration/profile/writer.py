@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from analysis.report import atomic_write, write_text
+
 COMMON_COLUMNS = ("framework", "version", "device", "op_name", "kernel_source")
 
 
@@ -71,7 +73,7 @@ def write_table(out_dir: Path, family: str, framework: str, version: str, table:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{table}.parquet"
     if df is not None and len(df):
-        df.to_parquet(path, index=False)
+        atomic_write(path, lambda p: df.to_parquet(p, index=False))
     meta_path = folder / "collection_meta.yaml"
     doc = yaml.safe_load(meta_path.read_text()) if meta_path.is_file() else None
     if not doc:
@@ -79,7 +81,7 @@ def write_table(out_dir: Path, family: str, framework: str, version: str, table:
                "runtime": {"framework": framework, "version": version}, "tables": {}}
     doc["tables"][table] = result.status()
     doc.update(meta)
-    meta_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_text(meta_path, yaml.safe_dump(doc, sort_keys=False))
     return path
 
 

@@ -7,7 +7,13 @@ Range and cross-field checks that a type cannot express live in each module's ``
 
 from sim.config import backend, cluster, cost, hardware, kv_cache, model, scheduler
 from sim.config.backend import BackendConfig, check_backend
-from sim.config.cluster import ClusterConfig, FailureConfig, check_cluster
+from sim.config.cluster import (
+    ClusterConfig,
+    FailureConfig,
+    LinkDegradationConfig,
+    StragglerConfig,
+    check_cluster,
+)
 from sim.config.common import DTYPE_BYTES, positive
 from sim.config.cost import ConstantCostConfig, RooflineCostConfig, check_cost_model
 from sim.config.hardware import HardwareConfig, check_hardware
@@ -23,6 +29,7 @@ SCHEMAS = [s for m in (model, hardware, backend, scheduler, kv_cache, cluster, c
 __all__ = [
     "SCHEMAS",
     "DTYPE_BYTES", "BackendConfig", "ClusterConfig", "ConstantCostConfig", "FailureConfig",
+    "LinkDegradationConfig", "StragglerConfig",
     "HardwareConfig", "KVCacheConfig", "ModelConfig", "RooflineCostConfig", "SchedulerConfig",
     "check_backend", "check_cluster", "check_cost_model", "check_hardware", "check_kv_cache",
     "check_model", "check_parallelism", "check_scheduler", "positive",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from sim.config.common import positive
@@ -14,7 +15,34 @@ class FailureConfig:
     """Replica failures: exponential time between failures and a fixed repair time."""
 
     mtbf_s: float | None = None  # None: replicas never fail
-    mttr_s: float = 60.0
+    mttr_s: float | None = 60.0  # None: a failed replica is lost for good
+    # a request whose replicas failed more than this many times fails (retries_exhausted);
+    # None: retried without limit
+    max_retries: int | None = None
+
+
+@dataclass
+class StragglerConfig:
+    """Slow replicas: every step of a straggler takes ``factor`` times as long (host
+    overhead and KV copies included), for the whole run or in episodes."""
+
+    factor: float = 2.0
+    # ceil(fraction × replicas) stragglers, chosen at random (the run's fault stream) ...
+    fraction: float = 0.0
+    # ... or these replica ids (run-wide: the prefill pool first in a disaggregated cluster)
+    replicas: list[int] | None = None
+    mtbs_s: float | None = None  # mean time between slow episodes; None: slow all the run
+    duration_s: float = 60.0  # length of one slow episode
+
+
+@dataclass
+class LinkDegradationConfig:
+    """Episodes during which the KV-transfer link of a disaggregated cluster is slower."""
+
+    mtbd_s: float | None = None  # mean time between degraded episodes; None: never
+    duration_s: float = 10.0  # length of one episode
+    bandwidth_factor: float = 0.1  # the link's bandwidth × this during an episode, in (0, 1]
+    added_latency_us: float = 0.0  # added to a transfer that starts during an episode
 
 
 @dataclass
@@ -42,6 +70,8 @@ class ClusterConfig:
     prefix_block_tokens: int = 512  # tokens per hash of the workload's hash_ids (Mooncake)
     prefix_index_blocks: int | None = None  # per-replica LRU of hashes; None: its KV capacity
     failure: FailureConfig = field(default_factory=FailureConfig)
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
+    link_degradation: LinkDegradationConfig = field(default_factory=LinkDegradationConfig)
     # ---- prefill/decode disaggregation (cluster=disagg); then `replicas` is not used
     disaggregated: bool = False
     prefill_replicas: int = 0
@@ -63,11 +93,12 @@ def check_cluster(c: ClusterConfig) -> None:
     positive("cluster.prefix_block_tokens", c.prefix_block_tokens)
     if c.prefix_index_blocks is not None:
         positive("cluster.prefix_index_blocks", c.prefix_index_blocks)
-    if c.failure.mtbf_s is not None:
-        positive("cluster.failure.mtbf_s", c.failure.mtbf_s)
-    positive("cluster.failure.mttr_s", c.failure.mttr_s)
-    if not c.disaggregated:
-        return
+    if c.disaggregated:
+        _check_disaggregation(c)
+    check_faults(c)  # after the replica counts, which straggler ids are checked against
+
+
+def _check_disaggregation(c: ClusterConfig) -> None:
     for f in ("prefill_replicas", "decode_replicas"):
         if getattr(c, f) < 1:
             raise ConfigError(f"cluster.{f}", getattr(c, f),
@@ -79,6 +110,38 @@ def check_cluster(c: ClusterConfig) -> None:
     if c.kv_transfer_latency_us < 0:
         raise ConfigError("cluster.kv_transfer_latency_us", c.kv_transfer_latency_us,
                           "must be >= 0")
+
+
+def _at_least(field: str, value, low: float, what: str = "") -> None:
+    if value is None or not math.isfinite(value) or value < low:
+        raise ConfigError(field, value, what or f"must be a finite number >= {low}")
+
+
+def check_faults(c: ClusterConfig) -> None:
+    """Failures, stragglers and link degradation in range; straggler ids name replicas."""
+    f, s, d = c.failure, c.straggler, c.link_degradation
+    for name, value in (("failure.mtbf_s", f.mtbf_s), ("failure.mttr_s", f.mttr_s),
+                        ("straggler.mtbs_s", s.mtbs_s), ("link_degradation.mtbd_s", d.mtbd_s)):
+        if value is not None:  # None: never (mtbf, mtbs, mtbd) or no repair (mttr)
+            positive(f"cluster.{name}", value)
+    if f.max_retries is not None and f.max_retries < 0:
+        raise ConfigError("cluster.failure.max_retries", f.max_retries,
+                          "must be >= 0 (null: retry without limit)")
+    _at_least("cluster.straggler.factor", s.factor, 1.0,
+              "must be a finite number >= 1 (how many times slower a straggler steps)")
+    if not 0.0 <= s.fraction <= 1.0:
+        raise ConfigError("cluster.straggler.fraction", s.fraction, "must be in [0, 1]")
+    n = c.prefill_replicas + c.decode_replicas if c.disaggregated else c.replicas
+    bad = [r for r in s.replicas or () if not 0 <= r < n]
+    if bad or len(set(s.replicas or ())) != len(s.replicas or ()):
+        raise ConfigError("cluster.straggler.replicas", list(s.replicas),
+                          f"distinct replica ids in [0, {n - 1}]")
+    positive("cluster.straggler.duration_s", s.duration_s)
+    positive("cluster.link_degradation.duration_s", d.duration_s)
+    if not 0.0 < d.bandwidth_factor <= 1.0:
+        raise ConfigError("cluster.link_degradation.bandwidth_factor", d.bandwidth_factor,
+                          "must be in (0, 1]")
+    _at_least("cluster.link_degradation.added_latency_us", d.added_latency_us, 0.0)
 
 
 # (group, schema name, dataclass) registered with Hydra by ``sim.app``

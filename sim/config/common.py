@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from sim.errors import ConfigError
 
 # Elements of activations and KV caches.
@@ -24,6 +26,8 @@ def activation_dtype(weight_dtype: str) -> str:
 
 
 def positive(field: str, value: float) -> None:
-    """Refuse a value that is missing or not > 0, naming its field."""
-    if value is None or value <= 0:
+    """Refuse a value that is missing, not > 0 (NaN included) or infinite, naming its field."""
+    if value is None or not value > 0:
         raise ConfigError(field, value, "must be > 0")
+    if not math.isfinite(value):
+        raise ConfigError(field, value, "must be a finite number > 0")

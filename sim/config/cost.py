@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.config.common import positive
+from sim.config.hardware import check_calibration_name
 from sim.errors import ConfigError
 
 
@@ -41,6 +42,8 @@ def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
         if c.host_overhead_per_seq_us is not None and c.host_overhead_per_seq_us < 0:
             raise ConfigError("cost_model.host_overhead_per_seq_us",
                               c.host_overhead_per_seq_us, "must be >= 0")
+        if c.calibration != "auto":
+            check_calibration_name("cost_model.calibration", c.calibration)
     else:
         raise ConfigError("cost_model.name", c.name, "one of ['constant', 'roofline']")
 

@@ -32,13 +32,23 @@ class HardwareConfig:
     calibration: str = "h100_sxm"
 
 
+def check_calibration_name(field: str, name: str) -> None:
+    """A calibration is named by its folder in ``sim/cost/calibrated/``: one plain name."""
+    if not name or any(c in name for c in "/\\") or name in (".", ".."):
+        raise ConfigError(field, name, "the name of a folder in sim/cost/calibrated/ "
+                          "(e.g. h100_sxm)")
+
+
 def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
     """Datasheet peaks must be positive, and the GPU must run the model's dtype."""
     for f in ("bf16_flops", "hbm_bandwidth", "hbm_bytes", "nvlink_bandwidth", "pcie_bandwidth",
-              "internode_bandwidth", "gpus_per_node"):
+              "internode_bandwidth", "gpus_per_node", "num_sms"):
         positive(f"hardware.{f}", getattr(h, f))
+    if h.fp8_flops is not None and h.fp8_flops < 0:
+        raise ConfigError("hardware.fp8_flops", h.fp8_flops, "must be >= 0 (0 or null: no FP8)")
     if h.internode_latency_us < 0:
         raise ConfigError("hardware.internode_latency_us", h.internode_latency_us, "must be >= 0")
+    check_calibration_name("hardware.calibration", h.calibration)
     if model.dtype in ("fp8", "fp8_block") and not h.fp8_flops:
         raise ConfigError("model.dtype", model.dtype, f"{h.name} has no FP8 tensor cores")
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from sim.config.common import WEIGHT_DTYPE_BYTES, positive
 from sim.errors import ConfigError
 
+# per-layer lists are built, so a typo such as 1e12 layers is refused rather than allocated
+MAX_LAYERS = 10_000
 LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")
 # Bytes per routed-expert weight: the layer dtypes, plus OCP MXFP4 (4-bit values and one
 # 8-bit scale per 32 of them = 4.25 bits), the format gpt-oss ships its experts in.
@@ -78,10 +80,6 @@ def layer_kinds(m: ModelConfig) -> list[str]:
 
 
 def _check_moe(m: ModelConfig) -> None:
-    for f in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
-              "shared_expert_intermediate_size", "first_k_dense_replace"):
-        if getattr(m, f) < 0:
-            raise ConfigError(f"model.{f}", getattr(m, f), "must be >= 0")
     if m.moe_dtype and m.moe_dtype not in MOE_DTYPE_BYTES:
         raise ConfigError("model.moe_dtype", m.moe_dtype,
                           f"'' (same as dtype) or one of {sorted(MOE_DTYPE_BYTES)}")
@@ -123,9 +121,16 @@ def _check_layers(m: ModelConfig) -> None:
 
 def check_model(m: ModelConfig) -> None:
     """Range checks of a model's architecture fields."""
+    for f in fields(ModelConfig):
+        v = getattr(m, f.name)
+        if isinstance(v, int) and not isinstance(v, bool) and v < 0:  # 0: block absent
+            raise ConfigError(f"model.{f.name}", v, "must be >= 0")
     for f in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
               "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"):
         positive(f"model.{f}", getattr(m, f))
+    if m.num_hidden_layers > MAX_LAYERS:
+        raise ConfigError("model.num_hidden_layers", m.num_hidden_layers,
+                          f"must be <= {MAX_LAYERS} (the largest models have a few hundred)")
     if m.num_attention_heads % m.num_key_value_heads:
         raise ConfigError("model.num_key_value_heads", m.num_key_value_heads,
                           f"must divide num_attention_heads={m.num_attention_heads}")

@@ -13,7 +13,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.collect import NOT_FINISHED, collect_sweep, parse_overrides, write_sweep_summary
+from analysis.collect import (
+    NOT_FINISHED,
+    collect_sweep,
+    failure_lines,
+    parse_overrides,
+    write_sweep_summary,
+)
 from sim.errors import ConfigError
 
 
@@ -145,3 +151,27 @@ def test_cli_rebuilds_the_table_and_rejects_bad_dir(sweep, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "analysis.collect", str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "DIR=" in bad.stderr
+
+
+def test_partial_job_and_bookkeeping_keys(tmp_path):
+    _job(tmp_path, "0", 0, ["seed=0"], _summary(1.0, "vllm", 0, partial=False, unfinished=0,
+                                               outputs=["requests.parquet"],
+                                               config_sha256="ab"))
+    _job(tmp_path, "1", 1, ["seed=1"], _summary(2.0, "vllm", 1, partial=True, unfinished=7,
+                                               interrupted_at_sim_s=12.5, outputs=[],
+                                               config_sha256="cd"))
+    t = collect_sweep(tmp_path)
+    assert t["status"].tolist() == ["ok", "partial"]
+    assert t.loc[1, "error"] == "interrupted at 12.5 simulated s with 7 requests unfinished"
+    assert t["unfinished"].tolist() == [0, 7] and t["partial"].tolist() == [False, True]
+    assert "outputs" not in t and "config_sha256" not in t
+    write_sweep_summary(tmp_path)
+
+
+def test_failure_lines_name_each_job_its_overrides_and_error(sweep):
+    lines = failure_lines(collect_sweep(sweep))
+    assert lines == [
+        "  job 3 (scheduler=sarathi workload.rate=4) failed: ConfigError: "
+        "scheduler.chunk_size=0: must be > 0",
+        f"  job 4 (scheduler=sarathi workload.rate=8) failed: {NOT_FINISHED}",
+    ]

@@ -10,7 +10,8 @@ import pandas as pd
 from sim import simulate
 
 REPO = Path(__file__).resolve().parents[2]
-SHELLS = {"app.py", "__main__.py", "preflight.py", "explain.py"}  # entry points wire everything
+# entry points wire everything
+SHELLS = {"app.py", "__main__.py", "preflight.py", "explain.py", "validation.py"}
 
 
 def test_same_seed_same_records(compose_cfg, requests_for):

@@ -108,3 +108,39 @@ def test_requests_too_big_for_either_pool_are_rejected(compose_cfg):
     rec = simulate(cfg, req.reset_index(drop=True))
     assert rec.requests["status"].tolist() == ["completed", "rejected"]
     assert rec.requests["reject_reason"].iloc[1] == "exceeds_max_model_len"
+
+
+def test_a_transfer_cut_by_its_decode_replicas_failure_is_sent_again(compose_cfg):
+    """The KV cache of a 1000-token prompt is on its way (50 s on a slow link) when the only
+    decode replica fails; it waits for the repair, then moves again in full. The invariants
+    are checked throughout (a request is on the link or parked, never both)."""
+    import simpy
+
+    from sim.cluster import Cluster
+    from sim.records import LogHistogram
+    from sim.state import FINISHED, RequestTable
+
+    cfg = compose_cfg("cluster=disagg", "cost_model=constant",
+                      f"cost_model.step_time_ms={STEP_S * 1e3}",
+                      "cluster.kv_transfer_bandwidth=2621440", "cluster.kv_transfer_latency_us=0")
+    table = RequestTable(np.zeros(1), np.array([1000]), np.array([3]))
+    env = simpy.Environment()
+    cluster = Cluster(env, cfg, table, LogHistogram(), check_invariants=True)
+    decode = cluster.pools[1]
+    transfer = 1000 * 131072 / 2621440
+    assert cluster.disagg.transfer_time(1000) == pytest.approx(transfer) == 50.0
+
+    def script():
+        cluster.submit(0)
+        yield env.timeout(STEP_S + 1.0)  # prefilled at 10 ms, the transfer under way
+        assert cluster.disagg.in_flight == {0: 0}
+        cluster.fail(decode, 0)
+        assert cluster.disagg.parked == [0] and not cluster.disagg.in_flight
+        yield env.timeout(2.0)
+        cluster.repair(decode, 0)
+
+    env.process(script())
+    env.run()
+    assert table.status[0] == FINISHED and table.retries[0] == 1
+    assert cluster.disagg.start_s[0] == pytest.approx(STEP_S + 3.0)
+    assert table.completion[0] == pytest.approx(STEP_S + 3.0 + transfer + 3 * STEP_S)

@@ -20,7 +20,7 @@ CONSTANT = ["cost_model=constant", "cost_model.step_time_ms=5"]
 
 def check_nothing_lost(rec):
     req = rec.requests
-    assert (req["status"] == "completed").all()
+    assert (req["status"] == "completed").all() and (req["fail_reason"] == "").all()
     assert (req["generated_tokens"] == req["output_tokens"]).all()
     assert (req["first_token_s"] >= req["arrival_s"]).all()
     assert (req["completion_s"] >= req["first_token_s"]).all()
@@ -39,7 +39,7 @@ def check_nothing_lost(rec):
 ])
 def test_failures_lose_nothing_and_retries_are_counted(compose_cfg, requests_for, overrides):
     cfg = compose_cfg("workload.num_requests=250", "workload.rate=10", *CONSTANT, *FLAKY,
-                      *overrides)
+                      "check_invariants=true", *overrides)
     rec = simulate(cfg, requests_for(cfg))
     s = check_nothing_lost(rec)
     assert s["num_failures"] > 0 and s["retried_requests"] > 0

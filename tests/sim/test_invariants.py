@@ -1,4 +1,10 @@
-"""Property tests over random small configurations: conservation, accounting, fast-forward."""
+"""Property tests over random small configurations: conservation, accounting, fast-forward.
+
+Every run here has ``check_invariants`` on, so the simulator also checks KV accounting,
+batch limits, timestamps and conservation after each of its steps (``sim.invariants``); the
+cluster runs add replica failures with retry limits and permanent losses, stragglers and a
+degraded KV link.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +54,7 @@ def tiny_config(num_blocks: int, block_size: int, max_seqs: int, budget: int, ma
     cost = RooflineCostConfig() if roofline else ConstantCostConfig(step_time_ms=7.0)
     return SimpleNamespace(model=TINY, hardware=hw, scheduler=sched, kv_cache=kv,
                            cluster=ClusterConfig(), backend=BackendConfig(), cost_model=cost,
-                           fast_forward=fast_forward)
+                           fast_forward=fast_forward, check_invariants=True)
 
 
 @st.composite
@@ -108,10 +114,13 @@ def scenario(draw):
 
 def check_invariants(cfg, rec):
     req, tl = rec.requests, rec.timeline
-    # conservation: every request ends completed or rejected with a reason, never missing
-    assert set(req["status"]) <= {"completed", "rejected"}
+    # conservation: every request ends completed, rejected or failed with a reason
+    assert set(req["status"]) <= {"completed", "rejected", "failed"}
     rej = req[req["status"] == "rejected"]
     assert (rej["reject_reason"] != "").all()
+    failed = req["status"] == "failed"
+    assert ((req["fail_reason"] != "") == failed).all()
+    assert (req.loc[~failed, "completion_s"].notna()).all()
     done = req[req["status"] == "completed"]
     assert (done["generated_tokens"] == done["output_tokens"]).all()
     # a request is rejected exactly when it can never be served
@@ -120,6 +129,7 @@ def check_invariants(cfg, rec):
         -(-(req["input_tokens"] + req["output_tokens"] - 1) // cfg.kv_cache.block_size)
         > rec.meta["num_gpu_blocks"] - 1)  # the null block holds no tokens
     assert (never == (req["status"] == "rejected")).all()
+    assert (req.loc[failed, "generated_tokens"] < req.loc[failed, "output_tokens"]).all()
     # timestamps are ordered per request
     assert (done["first_scheduled_s"] >= done["arrival_s"]).all()
     assert (done["first_token_s"] >= done["first_scheduled_s"]).all()
@@ -193,18 +203,39 @@ def test_closed_loop_of_rejections_does_not_recurse():
 @st.composite
 def cluster_scenario(draw):
     """``scenario`` on a cluster: 1–4 replicas behind any router, or prefill and decode
-    pools, with or without failures, and sometimes shared prefixes (``hash_ids``)."""
-    from sim.config import FailureConfig
+    pools, with or without failures (retry limits, permanent losses), stragglers and a
+    degraded KV link, and sometimes shared prefixes (``hash_ids``)."""
+    from sim.config.cluster import FailureConfig, LinkDegradationConfig, StragglerConfig
     from sim.routers import ROUTERS
 
     cfg, req = draw(scenario())
-    mtbf = draw(st.sampled_from([None, 0.5, 3.0]))
+    mtbf = draw(st.sampled_from([None, 0.1, 0.5, 3.0]))
     disagg = draw(st.booleans())
+    replicas, prefill, decode = draw(st.integers(1, 4)), draw(st.integers(1, 2)), \
+        draw(st.integers(1, 3))
+    total = prefill + decode if disagg else replicas
+    slow = draw(st.sampled_from(["none", "fraction", "list"]))
+    straggler = StragglerConfig(
+        factor=draw(st.sampled_from([1.5, 4.0])),
+        fraction=draw(st.sampled_from([0.3, 1.0])) if slow == "fraction" else 0.0,
+        replicas=sorted(draw(st.sets(st.integers(0, total - 1), min_size=1)))
+        if slow == "list" else None,
+        mtbs_s=draw(st.sampled_from([None, 0.05, 0.5])),
+        duration_s=draw(st.sampled_from([0.02, 0.3])))
+    link = LinkDegradationConfig(
+        mtbd_s=draw(st.sampled_from([None, 0.02, 0.3])),
+        duration_s=draw(st.sampled_from([0.001, 0.05])),
+        bandwidth_factor=draw(st.sampled_from([0.01, 0.5])),
+        added_latency_us=draw(st.sampled_from([0.0, 500.0])))
     cfg.cluster = ClusterConfig(
-        replicas=draw(st.integers(1, 4)), router=draw(st.sampled_from(sorted(ROUTERS))),
-        disaggregated=disagg, prefill_replicas=draw(st.integers(1, 2)),
-        decode_replicas=draw(st.integers(1, 3)), prefix_block_tokens=4,
-        failure=FailureConfig(mtbf_s=mtbf, mttr_s=draw(st.sampled_from([0.01, 0.3]))))
+        replicas=replicas, router=draw(st.sampled_from(sorted(ROUTERS))),
+        disaggregated=disagg, prefill_replicas=prefill, decode_replicas=decode,
+        prefix_block_tokens=4,
+        # a slow link keeps KV caches on the way long enough for faults to hit them
+        kv_transfer_bandwidth=draw(st.sampled_from([None, 1e6])),
+        failure=FailureConfig(mtbf_s=mtbf, mttr_s=draw(st.sampled_from([0.01, 0.3, None])),
+                              max_retries=draw(st.sampled_from([None, 0, 2]))),
+        straggler=straggler, link_degradation=link)
     cfg.seed = draw(st.integers(0, 1000))
     if draw(st.integers(0, 3)):  # mostly constant steps: routing and failures are the point
         cfg.cost_model = ConstantCostConfig(step_time_ms=7.0)
@@ -236,6 +267,26 @@ def check_cluster_invariants(cfg, rec):
         assert (tl["kind"] == 1).sum() >= len(done)
     if c.failure.mtbf_s is None:
         assert (req["num_retries"] == 0).all() and rec.meta["num_failures"] == 0
+        assert (req["status"] != "failed").all()
+    # a request fails only for a reason its settings allow
+    failed = req[req["status"] == "failed"]
+    if c.failure.max_retries is None:
+        assert (failed["fail_reason"] != "retries_exhausted").all()
+    else:
+        spent = failed["fail_reason"] == "retries_exhausted"
+        assert (failed.loc[spent, "num_retries"] == c.failure.max_retries + 1).all()
+        assert (req.loc[req["status"] == "completed", "num_retries"]
+                <= c.failure.max_retries).all()
+    if c.failure.mttr_s is not None:
+        assert (failed["fail_reason"] != "no_replica_left").all()
+    # fault events are counted: whole-run stragglers are one episode each
+    slow = rec.meta["faults"]["straggler"]["replicas"]
+    assert len(slow) == (len(c.straggler.replicas) if c.straggler.replicas else
+                         int(np.ceil(c.straggler.fraction * n - 1e-9)))
+    if c.straggler.mtbs_s is None:
+        assert rec.meta["num_straggler_episodes"] == len(slow)
+    if not (c.disaggregated and c.link_degradation.mtbd_s is not None):
+        assert rec.meta["num_link_degradation_episodes"] == 0
 
 
 @settings(max_examples=max(10, EXAMPLES // 3), deadline=None,

@@ -1,0 +1,157 @@
+"""One validation layer: every check of a composed config, in order, before anything runs.
+
+``validate_config(cfg)`` is the one place that calls every check of a simulation's input;
+an entry point calls it right after composing (``python -m sim`` first thing in ``run``), so
+bad input fails before a request is drawn or a file written.
+Most check bodies live next to the schema they guard (``sim.config.*.check_*``,
+``scenarios.config.check_workload``, ``analysis.config.check_slo``); the checks that span
+groups and have no better home live here. In order:
+
+1. every number of the simulator's groups is finite (no NaN or infinity reaches a formula);
+2. the run's own fields (``seed``, ``progress``);
+3. each config group's ranges and choices (``sim.builders.check_config``), and the scale of
+   the cluster (replica counts, times);
+4. cross-field checks: each pool's parallel layout, that the model fits the GPUs at that
+   parallelism with room for at least one KV block, the KV capacity override, the
+   calibration files and dtypes the cost model needs, the prefix hash granularity;
+5. the workload's ranges, then the files it names (trace, empirical lengths);
+6. the SLO's bounds.
+
+The first failure raises ``ConfigError`` (or ``WorkloadError``) naming the field, the value
+and what would be valid; ``docs/validation.md`` lists every check. A model ``config.json``
+(``model=<path>``) is read, and refused, before composition (``sim.preflight``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from analysis.config import check_slo
+from scenarios import check_workload
+from scenarios.traces import MAX_TIME_S
+from scenarios.workload import check_workload_files
+from sim.builders import (
+    build_cost_model,
+    check_config,
+    effective_kv_config,
+    pool_configs,
+    pool_tp_field,
+    replica_memory_budget,
+)
+from sim.config import check_parallelism
+from sim.errors import ConfigError
+from sim.kv_cache import build_kv_cache
+
+# the config groups the simulator and the workload read: every number in them must be finite
+NUMERIC_GROUPS = ("model", "hardware", "backend", "scheduler", "kv_cache", "cluster",
+                  "cost_model", "workload", "slo")
+MAX_REPLICAS = 10_000
+PROGRESS_VALUES = ("auto", "true", "false", "1", "0", "yes", "no", "on", "off")
+
+
+def validate_config(cfg: Any) -> None:
+    """Run every check of a composed simulation config (the module doc lists them, in order);
+    raise the first failure as one ``ConfigError``/``WorkloadError``."""
+    check_finite(cfg)
+    check_run_fields(cfg)
+    check_config(cfg)
+    check_cluster_scale(cfg)
+    check_pools(cfg)
+    check_prefix_hashes(cfg)
+    check_workload(cfg.workload)
+    check_workload_files(cfg.workload)
+    check_slo(cfg.slo)
+
+
+def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _leaves(v, f"{path}[{i}]")
+    else:
+        yield path, node
+
+
+def _container(node: Any) -> Any:
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=True)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return dataclasses.asdict(node)
+    return node
+
+
+def check_finite(cfg: Any) -> None:
+    """Refuse NaN or infinity anywhere in the simulator's config groups: OmegaConf accepts
+    ``nan`` and ``inf`` for a float field, and a range check such as ``x <= 0`` lets NaN
+    through."""
+    for group in NUMERIC_GROUPS:
+        for path, value in _leaves(_container(getattr(cfg, group)), group):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(path, value, "a finite number")
+
+
+def check_run_fields(cfg: Any) -> None:
+    """The run's own fields: ``seed`` seeds a ``numpy.random.SeedSequence`` (an integer
+    >= 0); ``progress`` is auto, true or false."""
+    seed = cfg.seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError("seed", seed, "an integer >= 0")
+    progress = getattr(cfg, "progress", "auto")
+    if str(progress).lower() not in PROGRESS_VALUES:
+        raise ConfigError("progress", progress, "one of auto, true, false")
+
+
+def check_cluster_scale(cfg: Any) -> None:
+    """Replica counts a simulation can build (each replica is a process with its own KV cache
+    and scheduler), and cluster times (``*_s``: failures, repairs, episodes) the float clock
+    resolves."""
+    c = cfg.cluster
+    for name in ("replicas", "prefill_replicas", "decode_replicas"):
+        if getattr(c, name) > MAX_REPLICAS:
+            raise ConfigError(f"cluster.{name}", getattr(c, name), f"must be <= {MAX_REPLICAS}")
+    for path, value in _leaves(_container(c), "cluster"):
+        if path.endswith("_s") and isinstance(value, (int, float)) and value > MAX_TIME_S:
+            raise ConfigError(path, value, f"must be at most {MAX_TIME_S:g} s")
+
+
+def _renamed(e: ConfigError, tp_field: str) -> ConfigError:
+    """``e`` naming the pool's own tensor-parallel field when it names the shared one."""
+    if e.field == "cluster.tensor_parallel_size" and tp_field != e.field:
+        return ConfigError(tp_field, e.value, e.expected)
+    return e
+
+
+def check_pools(cfg: Any) -> None:
+    """Per pool (``mixed``, or ``prefill`` and ``decode``): its parallel layout; that the
+    model fits the GPUs at that parallelism with room for the null block and one request's
+    KV block; the KV capacity override and the swap/offload links
+    (``sim.kv_cache.build_kv_cache``); the calibration and dtypes its cost model needs."""
+    for pool, pcfg in pool_configs(cfg).items():
+        tp_field = pool_tp_field(cfg, pool)
+        try:
+            check_parallelism(pcfg.cluster, pcfg.model, pcfg.hardware)
+            budget = replica_memory_budget(pcfg)
+            kv_cfg = effective_kv_config(pcfg.kv_cache, pcfg.scheduler.name)
+            build_kv_cache(kv_cfg, pcfg.hardware, budget, 0)
+            build_cost_model(pcfg)
+        except ConfigError as e:
+            raise _renamed(e, tp_field) from None
+
+
+def check_prefix_hashes(cfg: Any) -> None:
+    """Synthetic prefixes name ``workload.hash_block_tokens`` tokens per hash id and the
+    simulator reads each id as ``cluster.prefix_block_tokens`` tokens: they must agree."""
+    w, c = cfg.workload, cfg.cluster
+    sp, mt = getattr(w, "system_prompt", None), getattr(w, "multi_turn", None)
+    synthetic = bool(sp is not None and sp.count) or bool(mt is not None and mt.enabled)
+    if synthetic and w.arrival != "trace" and w.hash_block_tokens != c.prefix_block_tokens:
+        raise ConfigError("workload.hash_block_tokens", w.hash_block_tokens,
+                          f"equal to cluster.prefix_block_tokens={c.prefix_block_tokens} (the "
+                          "simulator reads each hash id as that many tokens)")
