@@ -17,11 +17,9 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 from pathlib import Path
 
-from bench_default import run_once, sustainable_rate
+from bench_default import run_child, run_once, sustainable_rate
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,15 +42,8 @@ def main() -> int:
     rate = round(a.load * a.replicas * one, 3)
     print(f"one replica sustains {one:.2f} req/s; {a.replicas} replicas at {a.load:.0%} = "
           f"{rate} req/s")
-    load_before = os.getloadavg()[0]
-    out = subprocess.run([sys.executable, __file__, "--child", str(rate),
-                          "--replicas", str(a.replicas), "--requests", str(a.requests),
-                          "--overrides", *a.overrides],
-                         check=True, capture_output=True, text=True).stdout
-    r = json.loads(out.strip().splitlines()[-1])
-    wall = r["build_s"] + r["simulate_s"]
-    r.update(requests_per_wall_s=r["completed"] / wall,
-             load_average=[load_before, os.getloadavg()[0]])
+    r = run_child(__file__, ["--child", str(rate), "--replicas", str(a.replicas),
+                             "--requests", str(a.requests), "--overrides", *a.overrides])
     print(f"{a.requests} requests on {a.replicas} replicas: simulate {r['simulate_s']:.1f} s + "
           f"build {r['build_s']:.1f} s ({r['requests_per_wall_s']:.0f} req/s), {r['steps']} "
           f"steps, peak RSS {r['peak_rss_mb']:.0f} MB, achieved {r['request_throughput']:.1f} "

@@ -69,6 +69,19 @@ def run_once(overrides: list[str], seed: int = 0) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def run_child(script: str, args: list[str]) -> dict:
+    """Run ``script`` with ``args`` in a fresh process whose last stdout line is
+    ``run_once``'s JSON; that dict with completed requests per wall second (build included)
+    and the machine's load average before and after."""
+    load_before = os.getloadavg()[0]
+    out = subprocess.run([sys.executable, script, *args], check=True, capture_output=True,
+                         text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    r.update(requests_per_wall_s=r["completed"] / (r["build_s"] + r["simulate_s"]),
+             load_average=[load_before, os.getloadavg()[0]])
+    return r
+
+
 def sustainable_rate(overrides: list[str]) -> float:
     """Request throughput of one replica kept saturated by a 1024-client closed loop."""
     r = run_once(["workload=closed_loop", "workload.concurrency=1024",

@@ -17,11 +17,10 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
-from bench_default import run_once
+from bench_default import run_child, run_once
 
 HERE = Path(__file__).resolve().parent
 TRACE = HERE.parent.parent / "shared" / "traces" / "mooncake_conversation.csv"
@@ -44,14 +43,8 @@ def main() -> int:
     if a.child:
         print(json.dumps(run_once(overrides)))
         return 0
-    load_before = os.getloadavg()[0]
-    out = subprocess.run([sys.executable, __file__, "--child", "--trace", str(a.trace),
-                          "--replicas", str(a.replicas), "--overrides", *a.overrides],
-                         check=True, capture_output=True, text=True).stdout
-    r = json.loads(out.strip().splitlines()[-1])
-    wall = r["build_s"] + r["simulate_s"]
-    r.update(requests_per_wall_s=r["completed"] / wall,
-             load_average=[load_before, os.getloadavg()[0]])
+    r = run_child(__file__, ["--child", "--trace", str(a.trace), "--replicas", str(a.replicas),
+                             "--overrides", *a.overrides])
     print(f"{a.trace.name} on {a.replicas} replicas: simulate {r['simulate_s']:.1f} s + build "
           f"{r['build_s']:.1f} s, {r['completed']} requests ({r['requests_per_wall_s']:.0f} "
           f"req/s), {r['steps']} steps, peak RSS {r['peak_rss_mb']:.0f} MB, load "
