@@ -21,6 +21,7 @@ from sim.config import (
 )
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
 from sim.cost.roofline import load_calibration
+from sim.errors import ConfigError
 from sim.kv_cache import PagedKVCache, build_kv_cache
 from sim.memory import (
     GIB,
@@ -120,6 +121,14 @@ def pool_tp_field(cfg, pool: str) -> str:
     if pool in ("prefill", "decode") and getattr(c, f"{pool}_tensor_parallel_size") is not None:
         return f"cluster.{pool}_tensor_parallel_size"
     return "cluster.tensor_parallel_size"
+
+
+def naming_pool_field(e: ConfigError, tp_field: str) -> ConfigError:
+    """``e`` naming the pool's own tensor-parallel field (``pool_tp_field``) when it names the
+    shared one the pool's value was copied to."""
+    if e.field == "cluster.tensor_parallel_size" and tp_field != e.field:
+        return ConfigError(tp_field, e.value, e.expected)
+    return e
 
 
 def pool_memory_budgets(cfg) -> dict[str, MemoryBudget]:

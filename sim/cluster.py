@@ -34,7 +34,13 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.builders import ReplicaParts, build_replica_parts, ignored_settings, plain
+from sim.builders import (
+    ReplicaParts,
+    build_replica_parts,
+    ignored_settings,
+    naming_pool_field,
+    plain,
+)
 from sim.config import check_cluster
 from sim.disagg import Disaggregation
 from sim.errors import ConfigError
@@ -132,9 +138,7 @@ class Cluster:
         try:
             parts = build_replica_parts(pool_cfg, table, itl)
         except ConfigError as e:  # name the pool's own field, not the one it was copied to
-            if e.field == "cluster.tensor_parallel_size" and tp_field != e.field:
-                raise ConfigError(tp_field, e.value, e.expected) from None
-            raise
+            raise naming_pool_field(e, tp_field) from None
         parts.kv.share_held(self.held)
         # the workload's ids name cluster.prefix_block_tokens tokens each (the router's unit)
         parts.kv.set_prefix_source(self.hash_ids, self.cfg.cluster.prefix_block_tokens)
@@ -322,6 +326,14 @@ class Cluster:
             self.checker.check_all(pool.first + r, "after the replica was repaired")
 
     # ---- records ------------------------------------------------------------------------
+    def raise_failed_process(self) -> None:
+        """Re-raise an error a replica's process ended with in the instant the run ended:
+        SimPy raises it only when processing that event, and the run stops before."""
+        for pool in self.pools:
+            for rep in pool.replicas:
+                if rep.process.triggered and not rep.process.ok:
+                    raise rep.process.value
+
     def timeline(self) -> pd.DataFrame:
         """Every replica's steps (and KV transfers), with its ``replica`` id, in time order."""
         frames = []

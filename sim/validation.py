@@ -39,6 +39,7 @@ from sim.builders import (
     build_cost_model,
     check_config,
     effective_kv_config,
+    naming_pool_field,
     pool_configs,
     pool_tp_field,
     replica_memory_budget,
@@ -121,13 +122,6 @@ def check_cluster_scale(cfg: Any) -> None:
             raise ConfigError(path, value, f"must be at most {MAX_TIME_S:g} s")
 
 
-def _renamed(e: ConfigError, tp_field: str) -> ConfigError:
-    """``e`` naming the pool's own tensor-parallel field when it names the shared one."""
-    if e.field == "cluster.tensor_parallel_size" and tp_field != e.field:
-        return ConfigError(tp_field, e.value, e.expected)
-    return e
-
-
 def check_pools(cfg: Any) -> None:
     """Per pool (``mixed``, or ``prefill`` and ``decode``): its parallel layout; that the
     model fits the GPUs at that parallelism with room for the null block and one request's
@@ -142,7 +136,7 @@ def check_pools(cfg: Any) -> None:
             build_kv_cache(kv_cfg, pcfg.hardware, budget, 0)
             build_cost_model(pcfg)
         except ConfigError as e:
-            raise _renamed(e, tp_field) from None
+            raise naming_pool_field(e, tp_field) from None
 
 
 def check_prefix_hashes(cfg: Any) -> None:

@@ -257,9 +257,28 @@ def test_whole_cluster_checks_thin_out_with_the_run_size(compose_cfg, requests_f
     def overcounting(self, done, now):
         done = original(self, done, now)
         if len(done) and (self.table.status == FINISHED).all():
-            self.table.generated[done[0]] += 1  # after the run's last step
+            others = np.setdiff1d(np.flatnonzero(self.table.status == FINISHED), done)
+            self.table.generated[others[0]] += 1  # not in the last step: no step sees it
         return done
 
     monkeypatch.setattr(TokenBudgetScheduler, "_finish", overcounting)
+    # whole-cluster scans only at the first step and the end: the last step's own check
+    # looks at its batch only
+    monkeypatch.setattr(sim.invariants, "FULL_CHECK_REQUESTS", 1e-3)
     with pytest.raises(InvariantError, match="at the end of the run"):
         simulate(cfg, req)
+
+
+def test_an_error_in_the_step_that_ends_the_run_is_not_lost(compose_cfg, requests_for,
+                                                           monkeypatch):
+    """The last completion ends the run; an error the replica raises right after it (here,
+    from a check that runs after ``on_complete``) still reaches the caller."""
+    def broken(self, replica, batch, *used):
+        if (self.cluster.table.status == FINISHED).all():
+            raise RuntimeError("broken after the last step")
+
+    monkeypatch.setattr(sim.invariants.InvariantChecker, "after_step", broken)
+    monkeypatch.setattr(sim.invariants.InvariantChecker, "after_window", broken)
+    cfg = compose_cfg(*CONSTANT, "workload.num_requests=10", "check_invariants=true")
+    with pytest.raises(RuntimeError, match="broken after the last step"):
+        simulate(cfg, requests_for(cfg))
