@@ -191,7 +191,8 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
                       check_invariants=bool(getattr(cfg, "check_invariants", False)))
     arrivals = _Arrivals(env, table, cluster, client, think, progress)
     interrupted = _run(env, arrivals.done, table)
-    cluster.raise_failed_process()
+    if not interrupted:  # an interrupt may leave a process ended by the KeyboardInterrupt
+        cluster.raise_failed_process()
     if cluster.checker is not None:
         cluster.checker.check_all(-1, "at the end of the run")
     frame = _request_frame(cluster, client)
