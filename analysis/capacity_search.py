@@ -115,6 +115,7 @@ class Evaluator:
             cfg.workload.rate = float(rate)
             cfg.workload.num_requests = n
             cfg.cluster.replicas = int(replicas)
+            cfg.timeline = False  # the search reads request rows only
         runs = []
         for seed in self.seeds:
             cfg.seed = seed

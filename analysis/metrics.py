@@ -201,7 +201,10 @@ def kv_usage(tl: pd.DataFrame, meta: dict) -> np.ndarray | None:
 
 def step_metrics(tl: pd.DataFrame, meta: dict) -> dict:
     """What the engine steps looked like: batch size, KV usage, and which roof bound them.
-    Means are weighted by step time over every replica's steps."""
+    Means are weighted by step time over every replica's steps (from the timeline's rows, or
+    from each replica's running totals when the run kept no timeline)."""
+    if "step_totals" in meta:
+        return _step_metrics_from_totals(meta["step_totals"], meta)
     tl = step_rows(tl)
     if not len(tl):
         return {"num_steps": 0}
@@ -218,4 +221,23 @@ def step_metrics(tl: pd.DataFrame, meta: dict) -> dict:
         d["max_kv_usage"] = float(usage.max())
     for b in BOUNDS:
         d[f"{b}_bound_share"] = float(tl[f"{b}_s"].sum() / total) if total else 0.0
+    return d
+
+
+def _step_metrics_from_totals(totals: list[dict], meta: dict) -> dict:
+    """``step_metrics`` from per-replica ``sim.records.StepTotals`` (same sums, streamed)."""
+    steps = sum(t["num_steps"] for t in totals)
+    if not steps:
+        return {"num_steps": 0}
+    total = sum(t["time_s"] for t in totals)
+    d = {"num_steps": int(steps),
+         "mean_batch_size": sum(t["batch_time"] for t in totals) / total,
+         "mean_step_time_ms": total / steps * 1e3}
+    blocks = meta.get("replica_num_gpu_blocks") or [meta.get("num_gpu_blocks")] * len(totals)
+    if all(blocks):
+        pairs = list(zip(totals, blocks, strict=True))
+        d["mean_kv_usage"] = sum(t["kv_time"] / b for t, b in pairs) / total
+        d["max_kv_usage"] = max(t["max_kv_blocks"] / b for t, b in pairs if t["num_steps"])
+    for b in BOUNDS:
+        d[f"{b}_bound_share"] = sum(t[f"{b}_s"] for t in totals) / total if total else 0.0
     return d

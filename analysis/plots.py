@@ -142,9 +142,12 @@ def write_plots(records: Records, outdir: Path) -> list[Path]:
     """All plots of one run into ``outdir``; returns their paths."""
     outdir = Path(outdir)
     paths = [outdir / "latency_ecdf.png", outdir / "timeline.png", outdir / "bound_share.png"]
-    if not len(step_rows(records.timeline)):
+    has_steps = len(step_rows(records.timeline)) > 0
+    if not has_steps and "step_totals" not in records.meta:
         return []
     plot_latency_ecdfs(records, paths[0])
+    if not has_steps:  # ``timeline: false``: no per-step rows to draw
+        return paths[:1]
     plot_timeline(records, paths[1])
     plot_bound_share(records, paths[2])
     return paths

@@ -85,15 +85,20 @@ def save_figure(fig, path: Path, **savefig) -> None:
 
 
 def write_tables(records: Records, outdir: Path) -> list[Path]:
-    """``requests.parquet`` and ``timeline.parquet`` into ``outdir``; returns their paths."""
+    """``requests.parquet`` and ``timeline.parquet`` into ``outdir``; returns their paths.
+    A run that kept step totals only (``timeline: false``) has no ``timeline.parquet``: one
+    left in ``outdir`` by an earlier run is removed."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    tl = records.timeline.copy()
+    paths = [outdir / "requests.parquet", outdir / "timeline.parquet"]
+    atomic_write(paths[0], lambda p: records.requests.to_parquet(p, index=False))
+    if "step_totals" in records.meta:
+        paths[1].unlink(missing_ok=True)
+        return paths[:1]
+    tl = records.timeline.copy(deep=False)  # only the two coded columns are replaced
     tl["bound"] = pd.Categorical.from_codes(tl["bound"].astype(int), categories=list(BOUNDS))
     if "kind" in tl:
         tl["kind"] = pd.Categorical.from_codes(tl["kind"].astype(int), categories=list(KINDS))
-    paths = [outdir / "requests.parquet", outdir / "timeline.parquet"]
-    atomic_write(paths[0], lambda p: records.requests.to_parquet(p, index=False))
     atomic_write(paths[1], lambda p: tl.to_parquet(p, index=False))
     return paths
 

@@ -11,8 +11,9 @@ prefix cache has hits; a loop's own prompt blocks get fresh ids, so loops share 
 system prompts. The cluster: ``--replicas`` replicas behind the prefix-affinity router, prefix
 caching, a KV cache small enough to preempt, replica failures (mean 1 h between failures per
 replica, 2 min repairs, at most 3 retries per request), one straggler in eight running 1.5x
-slower in 5-minute episodes, and ``check_invariants=true`` (``sim.invariants``: KV accounting,
-batch limits, queue states, timestamps, tokens and conservation after every step).
+slower in 5-minute episodes, ``timeline=false`` (step totals, not a row per step), and
+``check_invariants=true`` (``sim.invariants``: KV accounting, batch limits, queue states,
+timestamps, tokens and conservation after every step).
 
 It ends by checking that every request is accounted for (completed, rejected with a reason or
 failed with a reason) and reports wall time, peak and sampled resident memory (every 5% of the
@@ -109,6 +110,7 @@ def main() -> int:
         print(f"no trace at {a.trace} (the shared data is not next to this checkout)",
               file=sys.stderr)
         return 2
+    from analysis.metrics import step_metrics
     from scenarios import requests_for_seed
     from sim import simulate
 
@@ -120,7 +122,8 @@ def main() -> int:
         "cluster.failure.mttr_s=120", "cluster.failure.max_retries=3",
         "cluster.straggler.fraction=0.125", "cluster.straggler.factor=1.5",
         "cluster.straggler.mtbs_s=1800", "cluster.straggler.duration_s=300",
-        "check_invariants=true", "plots=false", "progress=false", *a.overrides]
+        "check_invariants=true", "timeline=false", "plots=false", "progress=false",
+        *a.overrides]
     cfg = compose(overrides)
     t0 = time.perf_counter()
     trace = requests_for_seed(cfg.workload, cfg.seed)
@@ -147,7 +150,7 @@ def main() -> int:
         "overrides": overrides, "requests": len(req), "status": status, "reasons": reasons,
         "unaccounted": unaccounted, "build_s": t1 - t0, "simulate_s": t2 - t1,
         "requests_per_wall_s": len(req) / (t2 - t0), "sim_time_s": meta.get("sim_time_s"),
-        "steps": len(records.timeline),
+        "steps": step_metrics(records.timeline, meta)["num_steps"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_samples": [{"ended": e, "wall_s": round(w, 1), "rss_mb": round(m, 1)}
                         for e, w, m in sampler.samples],

@@ -79,6 +79,7 @@ class Config:
     keep_itl_samples: bool = False
     fast_forward: bool = True
     check_invariants: bool = False
+    timeline: bool = True
     resume: bool = False
 
 

@@ -46,8 +46,8 @@ from sim.disagg import Disaggregation
 from sim.errors import ConfigError
 from sim.faults import fault_meta, link_schedule, stragglers
 from sim.invariants import InvariantChecker
-from sim.records import LogHistogram
-from sim.replica import Replica
+from sim.records import ColumnBuffer, LogHistogram
+from sim.replica import TIMELINE_COLUMNS, Replica
 from sim.routers import ROUTERS, PoolView, Router
 from sim.state import (
     NO_REPLICA_LEFT,
@@ -87,12 +87,14 @@ class Cluster:
 
     def __init__(self, env: simpy.Environment, cfg, table: RequestTable, itl: LogHistogram,
                  seed: int = 0, hash_ids: np.ndarray | None = None,
-                 fast_forward: bool = True, check_invariants: bool = False) -> None:
+                 fast_forward: bool = True, check_invariants: bool = False,
+                 timeline: bool = True) -> None:
         """``cfg``: the composed config; ``hash_ids``: per request, prefix-block hashes;
-        ``check_invariants``: assert the run's invariants after every step (slow; tests)."""
+        ``check_invariants``: assert the run's invariants after every step (slow; tests);
+        ``timeline``: one record per step (else running totals per replica)."""
         self.env, self.cfg, self.table = env, plain(cfg), table
         self.seed, self.hash_ids, self.fast_forward = int(seed), hash_ids, fast_forward
-        self.check_invariants = check_invariants
+        self.check_invariants, self.keep_timeline = check_invariants, timeline
         self.checker = InvariantChecker(self) if check_invariants else None
         self.held = np.zeros(table.size, np.int64)
         self.submitted = np.zeros(table.size, bool)  # reached the cluster (not refused)
@@ -161,7 +163,8 @@ class Cluster:
                 self.env, parts.scheduler, parts.cost_model,
                 on_complete=lambda ids, now, p=pool, r=r: p.on_finish(p, r, ids, now),
                 fast_forward=self.fast_forward, gid=first + r,
-                speed=self.speeds.get(first + r), check=self.checker))
+                speed=self.speeds.get(first + r), check=self.checker,
+                timeline=self.keep_timeline))
         meta = pool.parts[0].meta
         kv_tokens = (meta["num_gpu_blocks"] - 1) * meta["block_size"]
         pool.view = PoolView([p.scheduler for p in pool.parts], table, self.hash_ids, kv_tokens,
@@ -335,19 +338,28 @@ class Cluster:
                     raise rep.process.value
 
     def timeline(self) -> pd.DataFrame:
-        """Every replica's steps (and KV transfers), with its ``replica`` id, in time order."""
+        """Every replica's steps (and KV transfers), with its ``replica`` id, in time order
+        (no rows when the run keeps step totals only)."""
+        if not self.keep_timeline:
+            tl = ColumnBuffer(TIMELINE_COLUMNS, capacity=0).to_frame()
+            tl.insert(0, "replica", np.empty(0, np.int32))
+            return tl.assign(kind=np.empty(0, np.int8))
         frames = []
         for pool in self.pools:
             for r, rep in enumerate(pool.replicas):
-                frames.append(rep.timeline.to_frame())
+                frames.append(rep.steps.to_frame(copy=False))
                 frames[-1].insert(0, "replica", np.int32(pool.first + r))
                 frames[-1]["kind"] = np.int8(0)
         if self.disagg is not None:
             frames.append(self.disagg.timeline())
+        if len(frames) == 1:
+            return frames[0]
         tl = pd.concat(frames, ignore_index=True)
-        if len(frames) > 1:
-            tl = tl.sort_values(["time_s", "replica"], kind="stable", ignore_index=True)
-        return tl
+        return tl.sort_values(["time_s", "replica"], kind="stable", ignore_index=True)
+
+    def step_totals(self) -> list[dict]:
+        """Per replica (by run-wide id), its ``StepTotals`` as a dict (``timeline: false``)."""
+        return [rep.steps.to_dict() for pool in self.pools for rep in pool.replicas]
 
     def meta(self, sim_time_s: float) -> dict:
         """Derived facts of the run: the first pool's replica facts, the layout of every

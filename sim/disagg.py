@@ -56,7 +56,9 @@ class Disaggregation:
         n = cluster.table.size
         self.start_s = np.full(n, np.nan)  # of the last transfer of each request
         self.end_s = np.full(n, np.nan)
-        self._rows = ColumnBuffer(TIMELINE_COLUMNS, capacity=1024)
+        # one timeline row per transfer, unless the run keeps step totals only
+        self._rows = ColumnBuffer(TIMELINE_COLUMNS, capacity=1024) if cluster.keep_timeline \
+            else None
         self._row_replica: list[int] = []
         self.parked: list[int] = []  # prefilled while no decode replica was up
         self.in_flight: dict[int, int] = {}  # rid → retry count when its transfer started
@@ -93,10 +95,11 @@ class Disaggregation:
             return
         duration = self.transfer_time(int(t.prompt[rid]), now)
         self.start_s[rid] = now
-        blocks = self.decode.view.schedulers[r].kv.blocks_for(t.prompt[rid])
-        self._rows.append(now, duration, 1, t.prompt[rid], 0, 0, 0, blocks,
-                          0.0, 0.0, duration, 0.0, self._comm, 0.0)
-        self._row_replica.append(self.decode.first + r)
+        if self._rows is not None:
+            blocks = self.decode.view.schedulers[r].kv.blocks_for(t.prompt[rid])
+            self._rows.append(now, duration, 1, t.prompt[rid], 0, 0, 0, blocks,
+                              0.0, 0.0, duration, 0.0, self._comm, 0.0)
+            self._row_replica.append(self.decode.first + r)
         attempt = self.in_flight[rid] = int(t.retries[rid])
         c.env.timeout(duration).callbacks.append(
             lambda _e, rid=rid, r=r, a=attempt: self._arrived(rid, r, a))

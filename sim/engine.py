@@ -188,7 +188,8 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
     itl = LogHistogram(keep_samples=keep_itl_samples)
     cluster = Cluster(env, cfg, table, itl, seed=getattr(cfg, "seed", 0), hash_ids=hash_ids,
                       fast_forward=bool(getattr(cfg, "fast_forward", True)),
-                      check_invariants=bool(getattr(cfg, "check_invariants", False)))
+                      check_invariants=bool(getattr(cfg, "check_invariants", False)),
+                      timeline=bool(getattr(cfg, "timeline", True)))
     arrivals = _Arrivals(env, table, cluster, client, think, progress)
     interrupted = _run(env, arrivals.done, table)
     if not interrupted:  # an interrupt may leave a process ended by the KeyboardInterrupt
@@ -206,6 +207,8 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
                 partial=interrupted)
     if interrupted:
         meta["interrupted_at_sim_s"] = float(env.now)
+    if not cluster.keep_timeline:
+        meta["step_totals"] = cluster.step_totals()
     return Records(frame, cluster.timeline(), itl, meta)
 
 

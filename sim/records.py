@@ -43,9 +43,72 @@ class ColumnBuffer:
     def __len__(self) -> int:
         return self._n
 
-    def to_frame(self) -> pd.DataFrame:
-        """The rows appended so far."""
-        return pd.DataFrame({k: a[: self._n].copy() for k, a in self._cols.items()})
+    def to_frame(self, copy: bool = True) -> pd.DataFrame:
+        """The rows appended so far (``copy=False``: views of the buffer, for a frame built
+        once at the end of a run, which then owns the memory)."""
+        return pd.DataFrame({k: a[: self._n].copy() if copy else a[: self._n]
+                             for k, a in self._cols.items()}, copy=False)
+
+
+def _total(x, k: int) -> float:
+    """Sum of a window's column: an array of its k steps, or one value for all of them."""
+    return float(np.sum(x)) if np.ndim(x) else float(x) * k
+
+
+class StepTotals:
+    """Running totals of one replica's engine steps, instead of one timeline row each.
+
+    Takes the same rows as a timeline ``ColumnBuffer`` (``append``/``extend`` with the
+    timeline's columns in order: time_s, step_time_s, batch_size, …, swap_s) and keeps what
+    the summary's step metrics need: step count, time, time-weighted sums of batch size and KV
+    blocks in use, the largest KV use, and the time of each roof. Its memory does not grow
+    with the run, so ``timeline: false`` runs of millions of steps stay flat.
+    """
+
+    __slots__ = ("num_steps", "time_s", "batch_time", "kv_time", "max_kv_blocks",
+                 "compute_s", "memory_s", "comm_s", "host_s")
+
+    def __init__(self) -> None:
+        self.num_steps = 0
+        self.time_s = self.batch_time = self.kv_time = 0.0
+        self.compute_s = self.memory_s = self.comm_s = self.host_s = 0.0
+        self.max_kv_blocks = 0
+
+    def append(self, _start, step_s, batch_size, _sched, _prefill, _decode, _queue, kv_used,
+               compute_s, memory_s, comm_s, host_s, _bound, _swap_s) -> None:
+        """Count one step."""
+        self.num_steps += 1
+        self.time_s += step_s
+        self.batch_time += batch_size * step_s
+        self.kv_time += kv_used * step_s
+        self.max_kv_blocks = max(self.max_kv_blocks, int(kv_used))
+        self.compute_s += compute_s
+        self.memory_s += memory_s
+        self.comm_s += comm_s
+        self.host_s += host_s
+
+    def extend(self, k: int, _starts, step_s, batch_size, _sched, _prefill, _decode, _queue,
+               kv_used, compute_s, memory_s, comm_s, host_s, _bound, _swap_s) -> None:
+        """Count ``k`` steps (a decode window: arrays of length k, or scalars repeated)."""
+        step_s = np.broadcast_to(step_s, (k,))
+        kv_used = np.broadcast_to(kv_used, (k,))
+        self.num_steps += k
+        total = float(step_s.sum())
+        self.time_s += total
+        self.batch_time += float(np.dot(np.broadcast_to(batch_size, (k,)), step_s))
+        self.kv_time += float(np.dot(kv_used, step_s))
+        self.max_kv_blocks = max(self.max_kv_blocks, int(kv_used.max()))
+        self.compute_s += _total(compute_s, k)
+        self.memory_s += _total(memory_s, k)
+        self.comm_s += _total(comm_s, k)
+        self.host_s += _total(host_s, k)
+
+    def __len__(self) -> int:
+        return self.num_steps
+
+    def to_dict(self) -> dict:
+        """The totals, JSON-ready."""
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 class LogHistogram:
@@ -131,9 +194,10 @@ class Records:
     """Everything one simulation produced, for ``analysis`` to summarise and plot.
 
     ``requests``: one row per request (see ``docs/metrics.md`` for columns);
-    ``timeline``: one row per engine step; ``itl``: inter-token latencies;
-    ``meta``: derived facts of the run (KV blocks, memory budget, ...; ``partial`` and
-    ``interrupted_at_sim_s`` when Ctrl-C stopped it early).
+    ``timeline``: one row per engine step (empty with ``timeline: false``, when
+    ``meta["step_totals"]`` has each replica's ``StepTotals`` instead); ``itl``: inter-token
+    latencies; ``meta``: derived facts of the run (KV blocks, memory budget, ...; ``partial``
+    and ``interrupted_at_sim_s`` when Ctrl-C stopped it early).
     """
 
     requests: pd.DataFrame

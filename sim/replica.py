@@ -19,7 +19,7 @@ import simpy
 
 from sim.cost.base import BOUNDS, CostModel, StepCost
 from sim.faults import SpeedSchedule
-from sim.records import ColumnBuffer
+from sim.records import ColumnBuffer, StepTotals
 from sim.schedulers.base import TokenBudgetScheduler
 
 if TYPE_CHECKING:
@@ -57,9 +57,10 @@ class Replica:
                  cost_model: CostModel, on_complete: Callable[[np.ndarray, float], None],
                  next_arrival: Callable[[], float] = lambda: float("inf"),
                  fast_forward: bool = True, gid: int = 0, speed: SpeedSchedule | None = None,
-                 check: InvariantChecker | None = None) -> None:
+                 check: InvariantChecker | None = None, timeline: bool = True) -> None:
         """``gid``: its run-wide replica id; ``speed``: its straggler episodes (None: never
-        slow); ``check``: the run's invariant checker (None: ``check_invariants`` is off)."""
+        slow); ``check``: the run's invariant checker (None: ``check_invariants`` is off);
+        ``timeline``: keep one row per step (else only ``StepTotals``)."""
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
         self.gid, self.speed, self.check = gid, speed, check
         self.on_complete = on_complete
@@ -69,7 +70,8 @@ class Replica:
         self._window: _Window | None = None
         self._cut_pending = False
         self.fast_forward = fast_forward
-        self.timeline = ColumnBuffer(TIMELINE_COLUMNS)
+        # one row per step, or running totals (same append/extend calls)
+        self.steps = ColumnBuffer(TIMELINE_COLUMNS) if timeline else StepTotals()
         self._wakeup: simpy.Event | None = None
         self._repaired: simpy.Event | None = None
         self.up = True
@@ -127,7 +129,7 @@ class Replica:
 
     def _run(self):
         env = self.env
-        record = self.timeline.append
+        record = self.steps.append
         sched = self.scheduler
         kv = sched.kv
         while True:
@@ -231,7 +233,7 @@ class Replica:
             self._joins.clear()
         time, compute, memory, comm, host = w.costs
         bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
-        self.timeline.extend(k, starts, time[:k], n, n, 0, n, queue, w.used[:k],
+        self.steps.extend(k, starts, time[:k], n, n, 0, n, queue, w.used[:k],
                              compute[:k], memory[:k], comm[:k], host[:k], bound, 0.0)
 
 
