@@ -30,8 +30,10 @@ def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _stats(name: str, values: np.ndarray) -> dict:
-    values = values[~np.isnan(values)]
+def value_stats(name: str, values: np.ndarray) -> dict:
+    """``mean_``, ``median_``, ``p90_`` and ``p99_`` of ``name`` over the finite ``values``
+    (NaN when there are none)."""
+    values = values[np.isfinite(values)]
     if not len(values):
         return {f"{p}_{name}": float("nan") for p in ("mean", "median", "p90", "p99")}
     d = {f"mean_{name}": float(values.mean())}
@@ -114,7 +116,7 @@ def _reasons(req: pd.DataFrame, status: str, column: str) -> dict:
 def _latency_stats(lat: pd.DataFrame) -> dict:
     d = {}
     for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
-        d.update(_stats(name, lat[name].to_numpy(float)))
+        d.update(value_stats(name, lat[name].to_numpy(float)))
     return d
 
 

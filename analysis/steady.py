@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.config import slo_is_set
-from analysis.metrics import meets_slo, per_request_latencies
+from analysis.metrics import meets_slo, per_request_latencies, value_stats
 from analysis.stats import mser
 
 LATENCIES = ("ttft_ms", "tpot_ms", "e2el_ms", "wait_ms")
@@ -68,12 +68,7 @@ def warmup_cut(requests: pd.DataFrame, warmup: str | float = "auto") -> WarmUp:
 def _latency_stats(lat: pd.DataFrame) -> dict:
     out = {}
     for name in LATENCIES:
-        v = lat[name].to_numpy(float)
-        v = v[np.isfinite(v)]
-        for label, q in STATS:
-            out[f"{label}_{name}"] = (float("nan") if not len(v) else
-                                      float(v.mean()) if q is None else
-                                      float(np.percentile(v, q)))
+        out.update(value_stats(name, lat[name].to_numpy(float)))
     return out
 
 

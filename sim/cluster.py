@@ -40,6 +40,7 @@ from sim.builders import (
     ignored_settings,
     naming_pool_field,
     plain,
+    pool_tp_field,
 )
 from sim.config import check_cluster
 from sim.disagg import Disaggregation
@@ -149,8 +150,7 @@ class Cluster:
     def _pool(self, name: str, size: int, tp: int | None, table: RequestTable,
               itl: LogHistogram) -> Pool:
         c = self.cfg.cluster
-        tp_field = (f"cluster.{name}_tensor_parallel_size" if tp is not None
-                    else "cluster.tensor_parallel_size")
+        tp_field = pool_tp_field(self.cfg, name)
         pool_cfg = SimpleNamespace(**vars(self.cfg))
         pool_cfg.cluster = dataclasses.replace(
             c, tensor_parallel_size=c.tensor_parallel_size if tp is None else tp)
