@@ -63,7 +63,7 @@ def run_once(overrides: list[str], seed: int = 0) -> dict:
     rec = simulate(cfg, req)
     t2 = time.perf_counter()
     s = summarize(rec, cfg.slo)
-    return {"build_s": t1 - t0, "simulate_s": t2 - t1, "steps": len(rec.timeline),
+    return {"build_s": t1 - t0, "simulate_s": t2 - t1, "steps": s["num_steps"],
             "completed": s["completed"], "request_throughput": s["request_throughput"],
             "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": s["median_tpot_ms"],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

@@ -57,7 +57,7 @@ def child(num_requests: int, rate: float) -> dict:
     end_of_simulate = time.time()
     s = summarize(rec, cfg.slo)
     return {"end_of_simulate": end_of_simulate, "simulate_s": t1 - t0,
-            "steps": len(rec.timeline), "completed": s["completed"],
+            "steps": s["num_steps"], "completed": s["completed"],
             "request_throughput": s["request_throughput"],
             "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": s["median_tpot_ms"],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
