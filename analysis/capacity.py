@@ -41,7 +41,7 @@ from analysis.forecast import autoscaled_replicas, costs, peak_rates
 from analysis.report import json_safe, write_text
 from scenarios import WorkloadError, requests_for_seed
 from sim.app import register_configs
-from sim.errors import ConfigError
+from sim.errors import ConfigError, ctrl_c_exits
 from sim.preflight import one_line
 from sim.validation import validate_config
 
@@ -278,5 +278,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    preflight(sys.argv[1:])
-    main()
+    with ctrl_c_exits():
+        preflight(sys.argv[1:])
+        main()

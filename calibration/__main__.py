@@ -42,4 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from sim.errors import ctrl_c_exits
+
+    with ctrl_c_exits():
+        raise SystemExit(main())

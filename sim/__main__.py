@@ -3,8 +3,10 @@
 import sys
 
 from sim.app import main
+from sim.errors import ctrl_c_exits
 from sim.preflight import check_overrides
 
 if __name__ == "__main__":
-    check_overrides(sys.argv[1:])
-    main()
+    with ctrl_c_exits():
+        check_overrides(sys.argv[1:])
+        main()

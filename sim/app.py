@@ -51,7 +51,7 @@ from sim.config import (
     SchedulerConfig,
 )
 from sim.engine import simulate
-from sim.errors import ConfigError
+from sim.errors import INTERRUPTED_EXIT_CODE, ConfigError
 from sim.kv_cache import kv_blocks
 from sim.memory import GIB
 from sim.validation import validate_config
@@ -119,6 +119,14 @@ def log_memory_budgets(cfg) -> None:
                  cfg.model.name, b.tensor_parallel_size, b.pipeline_parallel_size,
                  cfg.hardware.name, pool, b.weight_bytes / GIB, b.kv_cache_bytes / GIB,
                  blocks, source, b.block_size, blocks * b.block_size)
+        max_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
+        if blocks * b.block_size < max_len:
+            # vLLM refuses to start here; the simulator runs and rejects what cannot fit
+            log.warning("the %s pool's KV cache holds %d tokens, fewer than one request of "
+                        "max_model_len=%d: vLLM would refuse to start (raise "
+                        "kv_cache.gpu_memory_utilization or set scheduler.max_model_len); "
+                        "longer requests are rejected with exceeds_kv_cache",
+                        pool, blocks * b.block_size, max_len)
 
 
 def run(cfg: DictConfig, outdir: Path) -> dict:
@@ -198,7 +206,7 @@ def interrupted(summary: dict, outdir: Path, sweep_dir: Path | None = None) -> N
     print(f"interrupted at {summary['interrupted_at_sim_s']:.3f} simulated s: partial results "
           f"({summary['completed']} completed, {summary['rejected']} rejected, "
           f"{summary['unfinished']} unfinished) in {where}{hint}", file=sys.stderr)
-    sys.exit(130)
+    sys.exit(INTERRUPTED_EXIT_CODE)
 
 
 INPUT_ERRORS = (ConfigError, WorkloadError)  # bad input: one line, exit code 2

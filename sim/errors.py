@@ -1,4 +1,10 @@
-"""The one exception type that means "the user's input is wrong"."""
+"""The one exception type that means "the user's input is wrong", and how Ctrl-C ends a
+command outside the simulation loop."""
+
+import sys
+from contextlib import contextmanager
+
+INTERRUPTED_EXIT_CODE = 130  # the shell's code for SIGINT
 
 
 class ConfigError(ValueError):
@@ -34,3 +40,16 @@ class InvariantError(AssertionError):
         detail = f": {self.detail}" if self.detail else ""
         return (f"invariant {self.invariant!r} violated on {where} at t={self.time_s:.9g}s"
                 f"{detail}; requests {ids}{more}")
+
+
+@contextmanager
+def ctrl_c_exits():
+    """Ctrl-C anywhere in the block ends the command with one line on stderr and exit code
+    130, not a traceback. (Inside the simulation loop a run stops itself and writes partial
+    results first; this covers start-up, e.g. loading and checking the config, and the rest.)"""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C): no complete results were written by this command",
+              file=sys.stderr)
+        raise SystemExit(INTERRUPTED_EXIT_CODE) from None

@@ -307,3 +307,19 @@ def test_report_of_a_partial_run_says_so(tmp_path):
     assert ("**Partial run**: stopped by Ctrl-C at 4.5 simulated s with 9 requests unfinished"
             in text)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_ctrl_c_during_start_up_is_one_line_and_exit_130(monkeypatch, tmp_path, capsys):
+    import runpy
+
+    def interrupted_while_checking(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.app, "validate_config", interrupted_while_checking)
+    monkeypatch.setattr(sys, "argv", ["sim", f"hydra.run.dir={tmp_path}", "progress=false"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("sim", run_name="__main__")
+    assert e.value.code == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("interrupted (Ctrl-C)") and "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "summary.json").exists()

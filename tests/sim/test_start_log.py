@@ -31,6 +31,18 @@ def test_log_prints_a_num_gpu_blocks_override(compose_cfg, caplog):
     assert "max concurrent tokens 19744" in caplog.text  # 1234 × 16
 
 
+def test_a_cache_smaller_than_one_max_length_request_is_warned_about(compose_cfg, caplog):
+    with caplog.at_level(logging.INFO, logger="sim"):
+        log_memory_budgets(compose_cfg("kv_cache.num_gpu_blocks=1000"))  # 16,000 tokens
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "holds 16000 tokens" in warned[0].getMessage()
+    assert "max_model_len=131072" in warned[0].getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sim"):  # a shorter limit fits: no warning
+        log_memory_budgets(compose_cfg("kv_cache.num_gpu_blocks=1000",
+                                       "scheduler.max_model_len=16000"))
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
 def test_disaggregated_pools_log_the_override_each(compose_cfg, caplog):
     cfg = compose_cfg("cluster=disagg", "kv_cache.num_gpu_blocks=777")
     with caplog.at_level(logging.INFO, logger="sim"):
