@@ -1,9 +1,11 @@
-"""Trace replay: read, validate and window a request trace CSV.
+"""Trace replay: read, validate and window a request trace.
 
 Format (see ``shared/traces/README.md``): columns ``arrival_time_s`` (float seconds, rows sorted),
 ``input_tokens`` and ``output_tokens`` (non-negative ints), optional ``hash_ids`` (space-separated
-ints: prefix-block hashes, Mooncake style); other columns are ignored. Every problem raises one
-``WorkloadError`` naming the config field of the path and what is wrong, with the first bad row.
+ints: prefix-block hashes, Mooncake style); other columns are ignored. The published layouts of
+the Azure, BurstGPT, Vidur and Mooncake traces are read as they are
+(``scenarios.trace_formats``). Every problem raises one ``WorkloadError`` naming the config
+field of the path and what is wrong, with the first bad row.
 """
 
 from __future__ import annotations
@@ -12,6 +14,13 @@ import numpy as np
 import pandas as pd
 
 from scenarios.errors import WorkloadError
+from scenarios.trace_formats import (
+    arrival_seconds,
+    csv_layout,
+    is_json_lines,
+    read_csv_columns,
+    read_mooncake_jsonl,
+)
 
 REQUIRED = ("arrival_time_s", "input_tokens", "output_tokens")
 FIELD = "workload.trace_path"
@@ -91,43 +100,40 @@ def read_trace(path: str, field: str = FIELD) -> pd.DataFrame:
     no fixed override replaces.
     """
     try:
-        header = list(pd.read_csv(path, nrows=0).columns)
+        if is_json_lines(path):
+            raw, layout = read_mooncake_jsonl(path, field)
+        else:
+            header = list(pd.read_csv(path, nrows=0).columns)
+            layout = csv_layout(header, path, field)
+            raw = read_csv_columns(path, layout, header, field)
     except FileNotFoundError:
         raise WorkloadError(field, path, "file not found") from None
-    except (OSError, ValueError, pd.errors.ParserError) as e:
-        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise WorkloadError(
-            field, path, f"missing column {missing[0]!r} (needs {list(REQUIRED)}, has {header})"
-        )
-    has_hash = "hash_ids" in header
-    usecols = [*REQUIRED, "hash_ids"] if has_hash else list(REQUIRED)
-    try:
-        raw = pd.read_csv(path, usecols=usecols, dtype=str, keep_default_na=False, na_values=[""])
-    except (OSError, ValueError, pd.errors.ParserError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as e:
+        if isinstance(e, WorkloadError):
+            raise
         raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
     if raw.empty:
         raise WorkloadError(field, path, "the trace has no rows")
-    arrival = _arrivals(raw["arrival_time_s"], path, field)
+    arrival = _arrivals(arrival_seconds(raw[layout.arrival], layout, path, field), path, field)
     down = np.diff(arrival) < 0
     if down.any():
         i = int(np.argmax(down)) + 1
         raise WorkloadError(
             field,
             path,
-            f"arrival_time_s is not sorted: {_row(i)} is "
+            f"{layout.arrival} is not sorted: {_row(i)} is "
             f"{float(arrival[i])!r}, before the previous row's {float(arrival[i - 1])!r}",
         )
     out = pd.DataFrame(
         {
             "arrival_time_s": arrival,
-            "input_tokens": _lengths(raw["input_tokens"], path, field),
-            "output_tokens": _lengths(raw["output_tokens"], path, field),
+            "input_tokens": _lengths(raw[layout.input], path, field),
+            "output_tokens": _lengths(raw[layout.output], path, field),
         }
     )
-    if has_hash:
-        out["hash_ids"] = pd.Series(parse_hash_ids(raw["hash_ids"], path, field), dtype=object)
+    if layout.hash_ids in raw:
+        out["hash_ids"] = pd.Series(parse_hash_ids(raw[layout.hash_ids], path, field),
+                                    dtype=object)
     return out
 
 

@@ -148,6 +148,7 @@ def _minimax_m2(c: dict, name: str) -> dict[str, Any]:
 
 READERS = {
     "LlamaForCausalLM": _dense,
+    "MistralForCausalLM": _dense,  # Llama-shaped; a set sliding_window slides every layer
     "Qwen2ForCausalLM": _dense,
     "Qwen3ForCausalLM": _dense,
     "MixtralForCausalLM": _mixtral,

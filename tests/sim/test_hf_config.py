@@ -195,6 +195,20 @@ def test_each_architecture_maps_its_own_names(tmp_path):
     assert llama["head_dim"] == 128 and llama["num_experts"] == 0  # hidden / heads
 
 
+def test_mistral_is_read_as_a_llama_shaped_model(tmp_path):
+    # Mistral-7B-v0.1's config.json: GQA 32/8, every layer slides over 4,096 tokens
+    v01 = {"architectures": ["MistralForCausalLM"], "hidden_size": 4096,
+           "intermediate_size": 14336, "max_position_embeddings": 32768,
+           "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+           "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 32000}
+    m = read_hf_config(str(_write(tmp_path, v01, "Mistral-7B-v0.1")))
+    assert (m["architecture"], m["head_dim"], m["num_experts"]) == ("MistralForCausalLM", 128, 0)
+    assert m["layer_types"] == ["sliding_attention"] * 32 and m["sliding_window"] == 4096
+    v03 = model_fields({**v01, "sliding_window": None, "head_dim": 128}, "v03")
+    assert v03["layer_types"] is None  # no window: every layer full
+
+
 def test_windowed_qwen_and_fp8_variants(tmp_path):
     windowed = {**QWEN3_32B, "use_sliding_window": True, "sliding_window": 4096,
                 "max_window_layers": 60}

@@ -1,0 +1,136 @@
+"""The trace layouts ``read_trace`` accepts as published, besides its own CSV.
+
+Each layout is recognised from its columns (a JSON-lines file from its first character) and
+mapped onto the common columns ``arrival_time_s``, ``input_tokens``, ``output_tokens`` (and
+``hash_ids``); ``read_trace`` reads the layout's columns under the file's own names, so an error
+about a value names the column a user sees in the file:
+
+- ours (``shared/traces/README.md``): ``arrival_time_s, input_tokens, output_tokens
+  [, hash_ids]`` (space-separated ints);
+- Azure LLM inference traces 2023/2024 (``AzurePublicDataset``): ``TIMESTAMP`` (date-time),
+  ``ContextTokens``, ``GeneratedTokens``; arrivals are seconds after the first timestamp;
+- BurstGPT: ``Timestamp`` (seconds), ``Request tokens``, ``Response tokens`` (other columns
+  such as ``Model`` and ``Log Type`` are ignored);
+- Vidur's processed traces (``data/processed_traces/*.csv``): ``arrived_at`` (seconds),
+  ``num_prefill_tokens``, ``num_decode_tokens``;
+- Mooncake's JSON lines (``FAST25-release/traces/*.jsonl``): ``timestamp`` (milliseconds),
+  ``input_length``, ``output_length``, ``hash_ids`` (a list of ints).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from scenarios.errors import WorkloadError
+
+COMMON = ("arrival_time_s", "input_tokens", "output_tokens")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A CSV layout: its name and its columns for arrival, input and output lengths."""
+
+    name: str
+    arrival: str
+    input: str
+    output: str
+    hash_ids: str | None = None
+
+
+CSV_LAYOUTS = (
+    Layout("simulator CSV", *COMMON, hash_ids="hash_ids"),
+    Layout("Azure LLM inference trace", "TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    Layout("BurstGPT", "Timestamp", "Request tokens", "Response tokens"),
+    Layout("Vidur processed trace", "arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+)
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+MOONCAKE = Layout("Mooncake JSON lines", *MOONCAKE_KEYS, hash_ids="hash_ids")
+
+
+def csv_layout(header: list[str], path: str, field: str) -> Layout:
+    """The layout whose three columns ``header`` has (the first that fits)."""
+    for layout in CSV_LAYOUTS:
+        if all(c in header for c in (layout.arrival, layout.input, layout.output)):
+            return layout
+    if any(c in header for c in COMMON):  # meant as ours: say which column is missing
+        missing = next(c for c in COMMON if c not in header)
+        raise WorkloadError(field, path, f"missing column {missing!r} (needs {list(COMMON)}, "
+                            f"has {header})")
+    known = "; ".join(f"{lay.name}: {[lay.arrival, lay.input, lay.output]}"
+                      for lay in CSV_LAYOUTS)
+    raise WorkloadError(field, path, f"unknown trace columns {header[:8]}; expected the "
+                        f"columns of one of: {known}; or Mooncake JSON lines "
+                        f"{list(MOONCAKE_KEYS)}")
+
+
+def read_csv_columns(path: str, layout: Layout, header: list[str], field: str) -> pd.DataFrame:
+    """The layout's columns as strings (``hash_ids`` too when present), arrival still in
+    the file's unit: the caller converts (``arrival_seconds``) and validates."""
+    cols = [layout.arrival, layout.input, layout.output]
+    if layout.hash_ids and layout.hash_ids in header:
+        cols.append(layout.hash_ids)
+    try:
+        return pd.read_csv(path, usecols=cols, dtype=str, keep_default_na=False,
+                           na_values=[""])
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
+
+
+def arrival_seconds(raw: pd.Series, layout: Layout, path: str, field: str) -> pd.Series:
+    """Arrival times in seconds (a date-time column becomes seconds after its first row);
+    named like the file's column."""
+    if layout.arrival != "TIMESTAMP":
+        return raw
+    stamps = pd.to_datetime(raw, errors="coerce")
+    bad = stamps.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WorkloadError(field, path, f"column 'TIMESTAMP' row {i} (line {i + 2}) is "
+                            f"{raw.iloc[i]!r}; expected a date-time")
+    return ((stamps - stamps.iloc[0]).dt.total_seconds()).rename(raw.name)
+
+
+def is_json_lines(path: str) -> bool:
+    """Whether the file's first non-blank character opens a JSON object."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.strip():
+                return line.lstrip().startswith("{")
+    return False
+
+
+def read_mooncake_jsonl(path: str, field: str) -> tuple[pd.DataFrame, Layout]:
+    """Mooncake's JSON lines as a frame of its keys (``timestamp`` already in seconds,
+    ``hash_ids`` space-separated, as in a CSV), and its layout."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise WorkloadError(field, path, f"line {n} is not JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or any(k not in rec for k in MOONCAKE_KEYS):
+                raise WorkloadError(field, path, f"line {n} lacks one of the Mooncake keys "
+                                    f"{list(MOONCAKE_KEYS)}: {line.strip()[:80]!r}")
+            ids = rec.get("hash_ids") or []
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                raise WorkloadError(field, path, f"line {n}: 'hash_ids' is {ids!r}; expected "
+                                    "a list of integers")
+            rows.append((rec["timestamp"], rec["input_length"], rec["output_length"],
+                         tuple(ids)))
+    if not rows:
+        raise WorkloadError(field, path, "the trace has no rows")
+    t, i, o, h = zip(*rows, strict=True)
+    ms = pd.to_numeric(pd.Series(t, dtype=object), errors="coerce")
+    # milliseconds to seconds; a value that is not a number stays, for the error to quote it
+    seconds = pd.Series(t, dtype=object).where(ms.isna(), ms / 1e3)
+    frame = pd.DataFrame({"timestamp": seconds, "input_length": pd.Series(i, dtype=object),
+                          "output_length": pd.Series(o, dtype=object),
+                          "hash_ids": [" ".join(map(str, ids)) for ids in h]})
+    return frame, MOONCAKE
