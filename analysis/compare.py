@@ -99,6 +99,9 @@ def load_jobs(root: Path, factor: str) -> tuple[pd.DataFrame, list[str]]:
     """The sweep's finished jobs with their design, setting columns, seed, rate and GPUs;
     and the names of the setting columns (overrides other than the factor and the seed)."""
     table = collect_sweep(root)
+    if not _override_columns(table):
+        raise ConfigError("DIR", str(root), "the folder of a -m sweep over some override; its "
+                          "jobs have none (a single run's folder?)")
     if factor not in _override_columns(table):
         raise ConfigError("factor", factor, "an override of this sweep, one of "
                           f"{_override_columns(table)}")

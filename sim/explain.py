@@ -206,9 +206,11 @@ def _positive_int(key: str, text: str) -> int:
 
 def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict | None) -> str:
     """The text ``python -m sim.explain`` prints."""
-    m, hw, tp = cfg.model, cfg.hardware, cfg.cluster.tensor_parallel_size
+    m, hw, c = cfg.model, cfg.hardware, cfg.cluster
+    tp, pp = c.tensor_parallel_size, c.pipeline_parallel_size
+    gpus = f"{tp * pp}x {hw.name} (TP{tp} × PP{pp})" if pp > 1 else f"{tp}x {hw.name}"
     bal = ", ".join(f"{d} {v:,.0f}" for d, v in totals["balance"].items())
-    lines = [f"{m.name} ({m.dtype}) on {tp}x {hw.name}, backend {cfg.backend.name}: one step "
+    lines = [f"{m.name} ({m.dtype}) on {gpus}, backend {cfg.backend.name}: one step "
              f"of {totals['sequences']} sequences, {totals['tokens']} new tokens (per GPU)",
              f"balance point (peak FLOP/s / memory bandwidth): {bal} FLOP/B",
              "(on the roofline an operator below its balance is memory-bound, above it "

@@ -15,7 +15,9 @@ groups and have no better home live here. In order:
    parallelism with room for at least one KV block, the KV capacity override, the
    calibration files and dtypes the cost model needs, the prefix hash granularity;
 5. the workload's ranges, then the files it names (trace, empirical lengths);
-6. the SLO's bounds.
+6. the SLO's bounds;
+7. not a check but a warning: fields set that the chosen options do not read
+   (``sim.unused_settings``).
 
 The first failure raises ``ConfigError`` (or ``WorkloadError``) naming the field, the value
 and what would be valid; ``docs/validation.md`` lists every check. A model ``config.json``
@@ -25,6 +27,7 @@ and what would be valid; ``docs/validation.md`` lists every check. A model ``con
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -47,8 +50,10 @@ from sim.builders import (
 from sim.config import check_parallelism
 from sim.errors import ConfigError
 from sim.kv_cache import build_kv_cache
+from sim.unused_settings import unused_settings
 
 # the config groups the simulator and the workload read: every number in them must be finite
+log = logging.getLogger("sim")
 NUMERIC_GROUPS = ("model", "hardware", "backend", "scheduler", "kv_cache", "cluster",
                   "cost_model", "workload", "slo")
 MAX_REPLICAS = 10_000
@@ -67,6 +72,8 @@ def validate_config(cfg: Any) -> None:
     check_workload(cfg.workload)
     check_workload_files(cfg.workload)
     check_slo(cfg.slo)
+    for line in unused_settings(cfg):  # valid, but set without effect: say so
+        log.warning(line)
 
 
 def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:

@@ -310,15 +310,28 @@ def test_report_of_a_partial_run_says_so(tmp_path):
 
 
 def test_ctrl_c_during_start_up_is_one_line_and_exit_130(monkeypatch, tmp_path, capsys):
+    import logging
     import runpy
+
+    from hydra.core.global_hydra import GlobalHydra
 
     def interrupted_while_checking(cfg):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(sim.app, "validate_config", interrupted_while_checking)
     monkeypatch.setattr(sys, "argv", ["sim", f"hydra.run.dir={tmp_path}", "progress=false"])
-    with pytest.raises(SystemExit) as e:
-        runpy.run_module("sim", run_name="__main__")
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        with pytest.raises(SystemExit) as e:
+            runpy.run_module("sim", run_name="__main__")
+    finally:  # the in-process Hydra run set up logging to this test's captured stderr
+        for h in root.handlers:
+            if h not in handlers:
+                h.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        GlobalHydra.instance().clear()
     assert e.value.code == 130
     err = capsys.readouterr().err.strip()
     assert err.startswith("interrupted (Ctrl-C)") and "\n" not in err and "Traceback" not in err

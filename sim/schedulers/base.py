@@ -59,6 +59,10 @@ class TokenBudgetScheduler:
     (``sim.builders.ignored_settings``) and the cache is built without it.
     """
 
+    # the scheduler.* fields a policy reads (sim.unused_settings warns about the others);
+    # its conf/scheduler YAML lists exactly these
+    settings = frozenset({"name", "max_model_len"})
+
     uses_prefix_cache = True
     swaps = True
 

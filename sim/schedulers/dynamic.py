@@ -23,6 +23,8 @@ class DynamicScheduler(StaticScheduler):
     """Static batching whose batch starts when full or when its oldest request has waited
     ``max_queue_delay_ms``."""
 
+    settings = StaticScheduler.settings | {"max_queue_delay_ms"}
+
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:
         super().__init__(cfg, table, kv, itl)

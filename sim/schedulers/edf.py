@@ -22,6 +22,8 @@ from sim.state import RequestTable
 class EdfScheduler(VllmScheduler):
     """vLLM's loop with waiting requests served by earliest TTFT deadline."""
 
+    settings = VllmScheduler.settings - {"policy"}  # the deadline is the order
+
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:
         super().__init__(cfg, table, kv, itl)

@@ -27,6 +27,8 @@ from sim.state import RequestTable
 class OrcaScheduler(TokenBudgetScheduler):
     """Running requests decode; new requests join with their whole prompt, KV reserved."""
 
+    settings = TokenBudgetScheduler.settings | {"max_num_seqs", "max_num_batched_tokens"}
+
     uses_prefix_cache = False
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,

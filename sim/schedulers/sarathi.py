@@ -35,6 +35,9 @@ from sim.state import RequestTable
 class SarathiScheduler(TokenBudgetScheduler):
     """Decodes first, then prefill chunks up to a fixed per-step token budget."""
 
+    settings = TokenBudgetScheduler.settings | {"max_num_seqs", "chunk_size",
+                                                "max_num_batched_tokens"}
+
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:
         super().__init__(table, kv, itl)

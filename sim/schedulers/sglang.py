@@ -57,6 +57,9 @@ LPM_MAX_QUEUE = 128  # above this many waiting requests, FCFS
 class SglangScheduler(TokenBudgetScheduler):
     """Prefill-first batching with decode-token reservation and retraction (SGLang)."""
 
+    settings = TokenBudgetScheduler.settings | {"max_num_seqs", "max_num_batched_tokens",
+                                                "chunk_size"}
+
     swaps = False  # retraction is by recompute
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,

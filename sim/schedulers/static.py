@@ -49,6 +49,8 @@ class PaddedBatch(Batch):
 class StaticScheduler(TokenBudgetScheduler):
     """Forms a padded batch when the previous one has finished and runs it to completion."""
 
+    settings = TokenBudgetScheduler.settings | {"max_num_seqs", "max_num_batched_tokens"}
+
     uses_prefix_cache = False
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,

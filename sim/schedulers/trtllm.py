@@ -48,6 +48,10 @@ class TrtllmScheduler(TokenBudgetScheduler):
     """Generation tokens first, then FCFS context chunks; KV by GUARANTEED_NO_EVICT or
     MAX_UTILIZATION."""
 
+    settings = TokenBudgetScheduler.settings | {
+        "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+        "capacity_scheduler_policy"}
+
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:
         super().__init__(table, kv, itl)

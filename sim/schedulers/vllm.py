@@ -37,6 +37,10 @@ from sim.state import RequestTable
 class VllmScheduler(TokenBudgetScheduler):
     """Running-first, token-budget, chunked-prefill scheduling with recompute preemption."""
 
+    settings = TokenBudgetScheduler.settings | {
+        "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+        "long_prefill_token_threshold", "policy"}
+
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:
         super().__init__(table, kv, itl)

@@ -125,3 +125,13 @@ def test_bad_input_is_one_line(sweeps, capsys, args, field):
 def test_not_a_sweep(tmp_path, capsys):
     assert compare_main([str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("error: DIR=")
+
+
+def test_a_single_runs_folder_is_not_a_sweep(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("[]\n")
+    (run / "summary.json").write_text('{"completed": 1, "partial": false, "outputs": []}')
+    assert compare_main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: DIR=") and "single run" in err and "\n" not in err

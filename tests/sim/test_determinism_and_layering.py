@@ -11,7 +11,8 @@ from sim import simulate
 
 REPO = Path(__file__).resolve().parents[2]
 # entry points wire everything
-SHELLS = {"app.py", "__main__.py", "preflight.py", "explain.py", "validation.py"}
+SHELLS = {"app.py", "__main__.py", "preflight.py", "explain.py", "validation.py",
+          "unused_settings.py"}
 
 
 def test_same_seed_same_records(compose_cfg, requests_for):

@@ -247,3 +247,9 @@ def test_balance_follows_each_operators_dtype(compose_cfg, monkeypatch):
     assert np.isnan(rows.loc["copy", "balance"]) and rows.loc["copy", "dtype"] == "-"
     assert rows.loc["fp8_gemm", "TFLOP/s"] == pytest.approx(4e12 / 3e-3 / 1e12)
     assert not totals["dtypes_reported"] and totals["bound"] == "compute"
+
+
+def test_the_header_counts_every_gpu_of_a_pipeline(capsys):
+    assert main(["model=llama3_70b", "cluster.tensor_parallel_size=2",
+                 "cluster.pipeline_parallel_size=2", "batch=decode:8x1000", "chart=none"]) == 0
+    assert "on 4x h100_sxm (TP2 × PP2)" in capsys.readouterr().out
