@@ -12,6 +12,14 @@ kernels; head dim 512 runs another kernel). An fp8 cache halves the bytes but no
 rows (sliding windows, fp8 cache, head dim 512) are still predicted by ``check`` under their
 own labels, so their error is visible. Held out: whole head layouts
 (query heads, KV heads, head dim), i.e. whole models.
+
+Decode tables also vary with g, the query heads per KV head: TensorRT-LLM's decode kernel
+(XQA) takes groups of up to 32 query heads per KV head; larger groups (64/1, 96/1–2, 128/1–2)
+run a generic kernel whose time grows with the query heads rather than the KV heads, up to 15×
+slower. (g, u) says how the grouping and the parallel units (sequences × KV heads) interact,
+(i, u) how the arithmetic intensity does. g has knots at every half power of 2 (g = 48 runs
+another kernel than g = 32), c at every power of 2 (XQA switches its multi-block split at
+given context lengths).
 """
 
 from __future__ import annotations
@@ -32,9 +40,11 @@ from sim.cost.operators import (
 
 KEYS = ["num_heads", "num_kv_heads", "head_dim"]
 AXES = {"q": knots(0, 14, 1.0), "s": knots(0, 11, 1.0), "u": knots(0, 16, 1.0),
-        "d": knots(6, 9, 1.0), "kv": knots(8, 32), "c": knots(0, 18), "i": knots(-2, 10, 1.0)}
+        "d": knots(6, 9, 1.0), "kv": knots(8, 32), "c": knots(0, 18, 1.0),
+        "i": knots(-2, 10, 1.0), "g": knots(0, 7, 0.5)}
 TERMS = {"attention_prefill": [("q", "s"), ("q", "kv"), ("s", "kv"), ("q", "d")],
-         "attention_decode": [("u", "c"), ("c", "d"), ("u", "d"), ("s", "kv"), ("i", "c")]}
+         "attention_decode": [("u", "c"), ("c", "d"), ("u", "d"), ("s", "kv"), ("i", "c"),
+                              ("g", "u"), ("i", "u")]}
 BLOCK_Q = 128
 
 
@@ -67,7 +77,7 @@ def arguments(rows: pd.DataFrame, family: str) -> dict:
         b_w = b * (keys * 2.0 * kvh * d * kvb + 2.0 * q * h * d * 2.0)
         flops, nbytes = np.where(windowed, f_w, flops), np.where(windowed, b_w, nbytes)
     return {"flops": flops, "nbytes": nbytes, "q_per_seq": q, "num_seqs": b, "head_dim": d,
-            "kv_heads": kvh}
+            "kv_heads": kvh, "heads": h}
 
 
 def labels(rows: pd.DataFrame, family: str) -> np.ndarray:
@@ -84,7 +94,7 @@ def predict_family(e: AttentionEfficiency, rows: pd.DataFrame, hw, family: str) 
     a = arguments(rows, family)
     t, _ = attention_time(e, a["flops"], a["nbytes"], a["q_per_seq"], a["num_seqs"],
                           float(hw.bf16_flops), float(hw.hbm_bandwidth), a["head_dim"],
-                          a["kv_heads"], int(hw.num_sms))
+                          a["kv_heads"], int(hw.num_sms), a["heads"])
     return np.asarray(t, dtype=np.float64)
 
 
@@ -96,7 +106,7 @@ def fit_family(rows: pd.DataFrame, hw, family: str, s: Settings):
     idx = subsample(~hold, s.max_train_rows, s.seed)
     basis = TableBasis([TableSpec(t, tuple(AXES[x] for x in t)) for t in TERMS[family]])
     x = attention_axes(a["flops"], a["nbytes"], a["q_per_seq"], a["num_seqs"], a["head_dim"],
-                       a["kv_heads"])
+                       a["kv_heads"], a["heads"])
     x = {k: np.broadcast_to(v, (len(rows),))[idx] for k, v in x.items()}
     X, pen = basis.matrix(x), basis.penalty()
     units = a["num_seqs"] * a["kv_heads"] * np.ceil(a["q_per_seq"] / BLOCK_Q) / int(hw.num_sms)

@@ -30,9 +30,15 @@ activations, ``b_kv`` bytes per cached element):
   the per-chunk states twice (``2 + 2·⌈q/C⌉`` state copies), plus q, k, v, o and the gates.
   Neither depends on the context length. The recurrent kernels carry the attention kernels'
   calibrated efficiencies (no table of their own has been fitted).
+
+The attention efficiencies may vary with the query heads per KV head (GQA grouping), which is
+fixed for a model on a GPU: ``AttentionOps`` fixes it once (``AttentionEfficiency.for_group``),
+at 1 for MLA, whose kernels read the latent cache once for all heads of a sequence.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -105,11 +111,22 @@ def _const(op: OperatorCost, k: int) -> Kernel:
                   np.full(k, op.bound == "compute"), op.dtype)
 
 
+def for_group(pricer: Pricer, group: float) -> Pricer:
+    """``pricer`` with its attention efficiencies fixed at ``group`` query heads per KV head
+    (itself when they do not vary with it)."""
+    e = pricer.eff
+    pre, dec = e.attention_prefill.for_group(group), e.attention_decode.for_group(group)
+    if pre is e.attention_prefill and dec is e.attention_decode:
+        return pricer
+    return Pricer(pricer.hw, replace(e, attention_prefill=pre, attention_decode=dec))
+
+
 class AttentionOps:
     """Context-dependent operators of one layer of each attention kind."""
 
     def __init__(self, pricer: Pricer, g: PerGpu) -> None:
-        self.p, self.g = pricer, g
+        group = 1.0 if g.mla else g.heads / max(g.kv_heads, 1)
+        self.p, self.g = for_group(pricer, group), g
 
     def prefill(self, kind: str, q: np.ndarray, ctx: np.ndarray) -> list[OperatorCost]:
         """Operators of one layer for prefill chunks of ``q`` tokens over ``ctx`` cached."""

@@ -187,6 +187,34 @@ class Eta:
             log = log + t(shape)
         return self.scale * (math.exp(log) if isinstance(log, float) else np.exp(log))
 
+    def fix(self, **values) -> Eta:
+        """This η with the shape variables ``values`` fixed (e.g. a model's query heads per KV
+        head): each term over one of them becomes a term over its other axis (interpolated
+        across the fixed one) or, over only fixed ones, a constant in the scale. Equal to
+        evaluating this η with those values, up to rounding."""
+        if not any(a in values for t in self.terms for a in t.axes):
+            return self
+        log_scale, terms = 0.0, []
+        for t in self.terms:
+            free = [j for j, a in enumerate(t.axes) if a not in values]
+            if len(free) == len(t.axes):
+                terms.append(t)
+                continue
+            f = np.asarray(t.log_factor, dtype=np.float64)
+            for j, a in reversed(list(enumerate(t.axes))):  # fixed axes, last first
+                if a in values:
+                    i, w = knot_cell(np.log2(np.asarray([values[a]], dtype=np.float64)),
+                                     t.log2_knots[j])
+                    i1 = min(int(i[0]) + 1, f.shape[j] - 1)
+                    f = (np.take(f, int(i[0]), axis=j) * (1 - float(w[0]))
+                         + np.take(f, i1, axis=j) * float(w[0]))
+            if free:
+                terms.append(Term(tuple(t.axes[j] for j in free),
+                                  tuple(t.log2_knots[j] for j in free), f))
+            else:
+                log_scale += float(f)
+        return Eta(self.scale * math.exp(log_scale), tuple(terms))
+
     @classmethod
     def from_dict(cls, d) -> Eta:
         """From a number or ``{scale, terms}``."""

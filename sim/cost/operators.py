@@ -2,11 +2,13 @@
 
 Every operator's time is ``max(flops / (peak_flops · η_c), bytes / (peak_bw · η_m)) + launch``.
 The work (FLOPs, bytes) of each operator kind is written once here, so the calibration fits the
-very formulas the simulator evaluates. All functions accept numpy arrays or scalars.
+very formulas the simulator evaluates. All functions accept numpy arrays or scalars. GEMMs and
+MoE experts' grouped GEMMs live in ``sim.cost.gemm`` (re-exported here).
 
 The efficiencies η vary with the operator's shape: an ``Eta`` is a scale times smooth factors,
-each a small table over one or two shape variables (GEMM ``m``, ``n``, ``k``; attention query
-tokens per sequence, sequences, bytes per sequence; message bytes and GPU count), interpolated
+each a small table over one or two shape variables (GEMM ``m``, ``n``, ``k`` and their tile
+quantization; attention query tokens per sequence, sequences, bytes per sequence, query heads
+per KV head; message bytes and GPU count), interpolated
 linearly in log2 of the variables and in log of the factor, constant beyond the table. The
 calibration (``python -m calibration fit``) fits the tables to measured kernel timings.
 """
@@ -14,7 +16,7 @@ calibration (``python -m calibration fit``) fits the tables to measured kernel t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -26,66 +28,21 @@ from sim.cost.eta import (  # noqa: F401  (Term, knot_cell re-exported)
     evaluate,
     knot_cell,
 )
+from sim.cost.gemm import (  # noqa: F401  (re-exported: the GEMM family's public names)
+    GemmEfficiency,
+    expected_distinct_experts,
+    gemm_axes,
+    gemm_time,
+    gemm_work,
+    moe_axes,
+    moe_time,
+    roofline,
+    wave_quantization,
+)
 
 
 def _eta(v) -> Eta:
     return v if isinstance(v, Eta) else Eta.from_dict(v)
-
-
-@dataclass(frozen=True)
-class GemmEfficiency:
-    """η of a GEMM C[m,n] = A[m,k]·B[k,n] (also of MoE grouped GEMMs).
-
-    ``compute`` and ``memory`` are ``Eta`` over the shape variables ``m``, ``n``, ``k``.
-    An ``m`` above ``align_m`` that is not a multiple of it multiplies η by ``unaligned_compute``
-    / ``unaligned_memory`` (FP8 kernels pad such tiles). ``tile_m``/``tile_n`` > 0 switch on
-    tile-and-wave quantization of the compute work over the GPU's SMs (``wave_quantization``);
-    0 leaves it to the fitted tables.
-    """
-
-    compute: Eta
-    memory: Eta
-    launch_s: float
-    align_m: int = 16
-    unaligned_compute: float = 1.0
-    unaligned_memory: float = 1.0
-    tile_m: int = 0
-    tile_n: int = 0
-    per_expert_s: float = 0.0  # MoE only: fixed cost per touched expert (``moe_time``)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GemmEfficiency:
-        """From a calibrated file's block (``compute``, ``memory``, ``launch_s``, …)."""
-        return cls(_eta(d["compute"]), _eta(d["memory"]), float(d["launch_s"]),
-                   int(d.get("align_m", 16)), float(d.get("unaligned_compute", 1.0)),
-                   float(d.get("unaligned_memory", 1.0)), int(d.get("tile_m", 0)),
-                   int(d.get("tile_n", 0)), float(d.get("per_expert_s", 0.0)))
-
-    def to_dict(self) -> dict:
-        """The block ``from_dict`` reads."""
-        return {"compute": self.compute.to_dict(), "memory": self.memory.to_dict(),
-                "launch_s": _sig(self.launch_s), "align_m": self.align_m,
-                "unaligned_compute": _sig(self.unaligned_compute),
-                "unaligned_memory": _sig(self.unaligned_memory),
-                "tile_m": self.tile_m, "tile_n": self.tile_n,
-                "per_expert_s": _sig(self.per_expert_s)}
-
-    def _unaligned(self, m, factor: float):
-        if factor == 1.0:
-            return 1.0
-        if isinstance(m, _SCALARS):  # one GEMM: the same test without numpy's call cost
-            m = float(m)
-            return factor if m > self.align_m and m % self.align_m != 0 else 1.0
-        m = np.asarray(m, dtype=np.float64)
-        return np.where((m > self.align_m) & (np.mod(m, self.align_m) != 0), factor, 1.0)
-
-    def compute_eta(self, m, n, k):
-        """Fraction of peak FLOP/s reached by an m×k·k×n GEMM."""
-        return self.compute(m=m, n=n, k=k) * self._unaligned(m, self.unaligned_compute)
-
-    def memory_eta(self, m, n, k):
-        """Fraction of peak HBM bandwidth reached by an m×k·k×n GEMM."""
-        return self.memory(m=m, n=n, k=k) * self._unaligned(m, self.unaligned_memory)
 
 
 @dataclass(frozen=True)
@@ -96,6 +53,9 @@ class AttentionEfficiency:
     launch latency, every work unit (a sequence × KV head × block of ``block_q`` queries, the
     grid of FlashAttention-style kernels) costs ``unit_s`` per wave of units over the SMs:
     what makes many tiny sequences slow even when FLOPs and bytes are negligible.
+
+    The tables may vary with ``g``, the query heads per KV head, which is fixed for a model on
+    a GPU: ``for_group`` folds it into the other axes once, so a step never evaluates it.
     """
 
     compute: Eta
@@ -115,6 +75,15 @@ class AttentionEfficiency:
         return {"compute": self.compute.to_dict(), "memory": self.memory.to_dict(),
                 "launch_s": _sig(self.launch_s), "unit_s": _sig(self.unit_s),
                 "block_q": self.block_q}
+
+    def for_group(self, group: float) -> AttentionEfficiency:
+        """This efficiency at ``group`` query heads per KV head: every table over ``g`` fixed
+        there (``Eta.fix``); equal to evaluating it with ``heads = group × kv_heads``."""
+        g = max(float(group), 1.0)
+        compute, memory = self.compute.fix(g=g), self.memory.fix(g=g)
+        if compute is self.compute and memory is self.memory:
+            return self
+        return replace(self, compute=compute, memory=memory)
 
 
 @dataclass(frozen=True)
@@ -189,20 +158,6 @@ class Efficiency:
         )
 
 
-def roofline(flops, nbytes, peak_flops, peak_bw, eta_c, eta_m, launch_s):
-    """Time on the roofline, and whether the compute roof binds (else the memory roof)."""
-    t_compute = flops / (peak_flops * eta_c)
-    t_memory = nbytes / (peak_bw * eta_m)
-    return np.maximum(t_compute, t_memory) + launch_s, t_compute >= t_memory
-
-
-def gemm_work(m, n, k, in_bytes: float, out_bytes: float = 2.0):
-    """FLOPs and bytes of C[m,n] = A[m,k]·B[k,n]: read A and B once, write C once."""
-    flops = 2.0 * m * n * k
-    nbytes = in_bytes * (m * k + k * n) + out_bytes * m * n
-    return flops, nbytes
-
-
 def prefill_attention_work(
     q, ctx, heads, kv_heads, head_dim, kv_bytes: float, act_bytes: float = 2.0
 ):
@@ -234,18 +189,6 @@ def decode_attention_work(
         keys * 2.0 * kv_heads * head_dim * kv_bytes + 2.0 * num_seqs * heads * head_dim * act_bytes
     )
     return flops, nbytes
-
-
-def wave_quantization(m, n, tile_m: int, tile_n: int, num_sms: int):
-    """Factor (≥ 1) by which tiling inflates a GEMM's compute: output tiles padded to
-    ``tile_m × tile_n``, and the last wave of tiles over ``num_sms`` SMs running part-empty.
-    Fewer tiles than SMs are assumed split along k to fill the GPU (no wave tail)."""
-    tm = np.ceil(np.asarray(m, dtype=np.float64) / tile_m)
-    tn = np.ceil(np.asarray(n, dtype=np.float64) / tile_n)
-    tiles = tm * tn
-    padding = tm * tile_m * tn * tile_n / (np.asarray(m, dtype=np.float64) * n)
-    tail = np.where(tiles > num_sms, np.ceil(tiles / num_sms) * num_sms / tiles, 1.0)
-    return padding * tail
 
 
 def _comm_base(kind: str, nbytes, num_gpus):
@@ -295,35 +238,25 @@ def p2p_time(nbytes, link_bw, e: CommEfficiency):
 # ---- per-family time functions: the cost model calls only these, the calibration fits them
 
 
-def gemm_time(e: GemmEfficiency, m, n, k, peak_flops: float, peak_bw: float, in_bytes: float,
-              out_bytes: float = 2.0, num_sms: int = 132):
-    """(time, compute-bound?) of C[m,n] = A[m,k]·B[k,n] with efficiency ``e``.
-
-    ``num_sms`` is the GPU's SM count, for tile-and-wave quantization when ``e`` has tiles.
-    """
-    f, b = gemm_work(m, n, k, in_bytes, out_bytes)
-    if e.tile_m and e.tile_n:
-        f = f * wave_quantization(m, n, e.tile_m, e.tile_n, num_sms)
-    eta_c, eta_m = evaluate((e.compute, e.memory), {"m": m, "n": n, "k": k})
-    return roofline(f, b, peak_flops, peak_bw, eta_c * e._unaligned(m, e.unaligned_compute),
-                    eta_m * e._unaligned(m, e.unaligned_memory), e.launch_s)
-
-
 def attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim: float = 128.0,
-                   kv_heads: float = 8.0) -> dict:
+                   kv_heads: float = 8.0, heads=None) -> dict:
     """The shape variables attention efficiencies are tabulated over: ``q`` query tokens per
     sequence, ``s`` sequences, ``u`` = s × KV heads (parallel units), ``d`` head dim, ``kv``
     bytes per sequence, ``c`` bytes per sequence per KV-head dimension (grows with the
-    context) and ``i`` the arithmetic intensity flops/bytes (in decode, grows with the query
-    heads per KV head)."""
+    context), ``i`` the arithmetic intensity flops/bytes (in decode, grows with the query
+    heads per KV head) and ``g`` the query heads per KV head (``heads`` None: 1, as for MLA's
+    latent cache, whose kernels take all heads of a sequence at once)."""
     if all(isinstance(v, _SCALARS) for v in (flops, nbytes, q_per_seq, num_seqs, head_dim,
-                                               kv_heads)):
-        return scalar_attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim, kv_heads)
+                                               kv_heads)) and (heads is None
+                                                               or isinstance(heads, _SCALARS)):
+        return scalar_attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim, kv_heads,
+                                     heads)
     s, kvh = _at_least_one(num_seqs), _at_least_one(kv_heads)
     kv = np.maximum(nbytes / s, 1.0)
+    g = 1.0 if heads is None else np.maximum(np.asarray(heads, dtype=np.float64) / kvh, 1.0)
     return {"q": _at_least_one(q_per_seq), "s": s, "u": s * kvh, "d": head_dim, "kv": kv,
             "c": np.maximum(kv / (kvh * head_dim), 1.0),
-            "i": np.maximum(flops / np.maximum(nbytes, 1.0), 1e-3)}
+            "i": np.maximum(flops / np.maximum(nbytes, 1.0), 1e-3), "g": g}
 
 
 def _at_least_one(x):
@@ -335,22 +268,25 @@ def _at_least_one(x):
 
 
 def scalar_attention_axes(flops: float, nbytes: float, q_per_seq, num_seqs, head_dim,
-                          kv_heads) -> dict:
+                          kv_heads, heads=None) -> dict:
     """``attention_axes`` of scalars (plain Python; equal to the array form elementwise)."""
     s, kvh = max(float(num_seqs), 1.0), max(float(kv_heads), 1.0)
     kv = max(nbytes / s, 1.0)
     return {"q": max(float(q_per_seq), 1.0), "s": s, "u": s * kvh, "d": float(head_dim),
             "kv": kv, "c": max(kv / (kvh * head_dim), 1.0),
-            "i": max(flops / max(nbytes, 1.0), 1e-3)}
+            "i": max(flops / max(nbytes, 1.0), 1e-3),
+            "g": 1.0 if heads is None else max(float(heads) / kvh, 1.0)}
 
 
 def attention_time(e: AttentionEfficiency, flops, nbytes, q_per_seq, num_seqs, peak_flops: float,
                    peak_bw: float, head_dim: float = 128.0, kv_heads: float = 8.0,
-                   num_sms: int = 132):
+                   num_sms: int = 132, heads=None):
     """(time, compute-bound?) of one attention kernel over ``num_seqs`` sequences doing
     ``flops`` work and moving ``nbytes``, with ``q_per_seq`` query tokens per sequence,
-    ``head_dim`` and ``kv_heads`` KV heads on this GPU (MLA's latent cache: one KV head)."""
-    x = attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim, kv_heads)
+    ``head_dim`` and ``kv_heads`` KV heads on this GPU (MLA's latent cache: one KV head) and
+    ``heads`` query heads (None: the tables' ``g`` is 1; ``AttentionEfficiency.for_group``
+    fixes it beforehand)."""
+    x = attention_axes(flops, nbytes, q_per_seq, num_seqs, head_dim, kv_heads, heads)
     eta_c, eta_m = evaluate((e.compute, e.memory), x)  # both tables in one pass
     t, cb = roofline(flops, nbytes, peak_flops, peak_bw, eta_c, eta_m, e.launch_s)
     if e.unit_s:
@@ -371,43 +307,3 @@ def comm_time(e: CommEfficiency, kind: str, nbytes, num_gpus, link_bw: float):
     if kind == "p2p":
         return p2p_time(nbytes, link_bw, e)
     raise ValueError(f"unknown collective kind {kind!r}; one of {COMM_KINDS}")
-
-
-def expected_distinct_experts(num_tokens, num_experts: int, topk: int):
-    """Expected number of distinct experts that ``num_tokens`` tokens touch when each picks
-    ``topk`` of ``num_experts`` uniformly without replacement: E·(1 − (1 − k/E)^T).
-
-    Not "all" (few tokens touch few experts) and not "k" (many tokens spread over all).
-    """
-    t = np.asarray(num_tokens, dtype=np.float64)
-    return num_experts * (1.0 - (1.0 - topk / num_experts) ** t)
-
-
-def moe_axes(num_tokens, inter: int, hidden: int, topk: int, distinct_experts) -> dict:
-    """GEMM shape variables of the experts' grouped GEMMs: ``m`` token-expert pairs per touched
-    expert, ``n`` the gate/up width 2·inter, ``k`` hidden."""
-    pairs = np.asarray(num_tokens, dtype=np.float64) * topk
-    m = np.maximum(pairs / np.maximum(distinct_experts, 1.0), 1.0)
-    return {"m": m, "n": 2.0 * np.asarray(inter, dtype=np.float64),
-            "k": np.asarray(hidden, dtype=np.float64)}
-
-
-def moe_time(e: GemmEfficiency, num_tokens, hidden: int, inter: int, num_experts: int, topk: int,
-             distinct_experts, peak_flops: float, peak_bw: float, w_bytes: float,
-             num_sms: int = 132):
-    """(time, compute-bound?) of the routed experts' grouped GEMMs (gate/up and down) on one GPU.
-
-    ``num_experts`` experts live on this GPU, each with gate/up [hidden, 2·inter] and down
-    [inter, hidden] weights; ``num_tokens·topk`` token-expert pairs land on them, touching
-    ``distinct_experts`` of them, whose weights are read once each. The efficiency tables are
-    indexed by the per-expert GEMM shape (``moe_axes``); each touched expert adds
-    ``e.per_expert_s`` (its grouped-GEMM problem's setup).
-    """
-    pairs = np.asarray(num_tokens, dtype=np.float64) * topk
-    flops = 2.0 * pairs * hidden * 3 * inter
-    weights = distinct_experts * 3.0 * hidden * inter * w_bytes
-    acts = pairs * (hidden * 2 + 2 * inter * 2 + inter * 2 + hidden * 2)
-    x = moe_axes(num_tokens, inter, hidden, topk, distinct_experts)
-    eta_c, eta_m = evaluate((e.compute, e.memory), x)
-    t, cb = roofline(flops, weights + acts, peak_flops, peak_bw, eta_c, eta_m, e.launch_s)
-    return t + e.per_expert_s * np.asarray(distinct_experts, dtype=np.float64), cb

@@ -84,21 +84,3 @@ def test_held_out_shapes_are_whole_and_stable(synthetic):
     sub = rows.iloc[::3].reset_index(drop=True)  # the same shapes in any table
     assert (held_out_mask(sub, ["n", "k"], 0.2, 0) == hold[::3]).all()
     assert not (held_out_mask(rows, ["n", "k"], 0.2, 1) == hold).all()
-
-
-def test_gemm_unaligned_m_factor_is_fitted(hw, synthetic):
-    rows = synthetic.gemm_rows(10)
-    rows = rows[(rows.dtype == "fp8") & (rows.m >= 32)].reset_index(drop=True)
-    odd = rows.assign(m=rows.m + 1)
-    slow = synthetic.TRUTH.gemm["fp8"]
-    t = gemm_time(slow, odd.m.to_numpy(float), odd.n.to_numpy(float), odd.k.to_numpy(float),
-                  hw.fp8_flops, hw.hbm_bandwidth, 1.0)[0]
-    both = pd_concat(rows, odd.assign(latency_s=(t - slow.launch_s) * 1.25 + slow.launch_s))
-    e, _ = gemm.fit_dtype(both, hw, "fp8", FAST)
-    assert e.unaligned_compute < 0.9 or e.unaligned_memory < 0.9
-
-
-def pd_concat(*frames):
-    import pandas as pd
-
-    return pd.concat(frames, ignore_index=True)

@@ -51,7 +51,7 @@ def test_decode_attention_by_hand(llama8b, eff):
     nbytes = keys * 2 * 8 * 128 * 2 + 2 * 10 * 32 * 128 * 2
     flops = 4 * 32 * 128 * keys
     t, _ = attention_time(eff.attention_decode, flops, nbytes, 1.0, 10, H100_BF16, H100_BW,
-                          head_dim=128, kv_heads=8, num_sms=132)
+                          head_dim=128, kv_heads=8, num_sms=132, heads=32)
     assert op.bytes == pytest.approx(32 * nbytes)
     assert op.flops == pytest.approx(32 * flops)
     assert op.bound == "memory"

@@ -100,7 +100,7 @@ def test_one_point_semantics_equal_one_element_arrays():
         etas = (att.compute, att.memory)
         for _ in range(300):
             shape = {a: float(np.exp2(rng.uniform(-2, 34))) for a in ("q", "s", "u", "d",
-                                                                      "kv", "c", "i")}
+                                                                      "kv", "c", "i", "g")}
             shape[str(rng.choice(list(arrays)))] = float(rng.choice(_log2_sensitive()))
             one = {a: np.array([x]) if a in arrays else x for a, x in shape.items()}
             got = evaluate(etas, shape, arrays)
@@ -221,13 +221,28 @@ def _ref_unaligned(e, m, factor):
     return np.where((m > e.align_m) & (np.mod(m, e.align_m) != 0), factor, 1.0)
 
 
+def _ref_gemm_axes(m, n, k, align_m):
+    if all(isinstance(v, _SCALARS) for v in (m, n, k)):
+        m, n, k = float(m), float(n), float(k)
+        return {"m": m, "n": n, "k": k, "a": 2.0 if m > align_m and m % align_m else 1.0,
+                "f": m / (math.ceil(m / 128) * 128), "nk": n * k}
+    m, n, k = (np.asarray(v, dtype=np.float64) for v in (m, n, k))
+    return {"m": m, "n": n, "k": k,
+            "a": np.where((m > align_m) & (np.mod(m, align_m) != 0), 2.0, 1.0),
+            "f": m / (np.ceil(m / 128) * 128), "nk": n * k}
+
+
 def _ref_gemm_time(e, m, n, k, peak_flops, peak_bw, in_bytes, out_bytes=2.0, num_sms=132):
     f, b = gemm_work(m, n, k, in_bytes, out_bytes)
     if e.tile_m and e.tile_n:
         f = f * wave_quantization(m, n, e.tile_m, e.tile_n, num_sms)
-    eta_c = e.compute.reference(m=m, n=n, k=k) * _ref_unaligned(e, m, e.unaligned_compute)
-    eta_m = e.memory.reference(m=m, n=n, k=k) * _ref_unaligned(e, m, e.unaligned_memory)
-    return roofline(f, b, peak_flops, peak_bw, eta_c, eta_m, e.launch_s)
+    x = _ref_gemm_axes(m, n, k, e.align_m)
+    eta_c = e.compute.reference(**x) * _ref_unaligned(e, m, e.unaligned_compute)
+    eta_m = e.memory.reference(**x) * _ref_unaligned(e, m, e.unaligned_memory)
+    t, cb = roofline(f, b, peak_flops, peak_bw, eta_c, eta_m, e.launch_s)
+    if e.partial_block_s:
+        t = t + np.where(np.mod(k, e.block_k) != 0, e.partial_block_s, 0.0)
+    return t, cb
 
 
 def _ref_moe_time(e, num_tokens, hidden, inter, num_experts, topk, distinct_experts,
