@@ -31,6 +31,7 @@ class CalibrationConfig:
     format: str = "auto"
     version: str | None = None
     nccl_version: str | None = None
+    gemm_dtype_versions: dict[str, str] = field(default_factory=dict)
     families: list[str] | None = None
     held_out_fraction: float = 0.2
     seed: int = 0

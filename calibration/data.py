@@ -47,7 +47,8 @@ def read(cfg) -> Measured:
     root = Path(cfg.data_dir).resolve()
     fmt = detect(root) if cfg.format == "auto" else cfg.format
     if fmt == "aiconfigurator":
-        frames, used = aiconfigurator.read(root, cfg.backend, cfg.version, cfg.nccl_version)
+        frames, used = aiconfigurator.read(root, cfg.backend, cfg.version, cfg.nccl_version,
+                                           dict(getattr(cfg, "gemm_dtype_versions", None) or {}))
         if not frames:
             raise ConfigError("data_dir", cfg.data_dir, f"no {cfg.backend} tables under it")
         tables = {fam: {"file": str(c.path.relative_to(root)), "version": c.version,

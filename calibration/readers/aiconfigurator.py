@@ -131,12 +131,31 @@ def _moe(df: pd.DataFrame) -> pd.DataFrame:
                               "inter_size": "inter", "moe_tp_size": "tp", "moe_ep_size": "ep"})
 
 
+def _gemm_rows_from(root: Path, framework: str, dtype: str, version: str,
+                    gemm: pd.DataFrame | None) -> tuple[pd.DataFrame, TableChoice]:
+    """``gemm`` with its ``dtype`` rows replaced by those of ``version``'s GEMM table."""
+    field = f"gemm_dtype_versions.{dtype}"
+    choice = find_table(root, "gemm", framework, "gemm_perf", version)
+    if choice is None:
+        raise ConfigError(field, version, f"a version folder with gemm/{framework}/<version>/"
+                          "gemm_perf.parquet")
+    rows = conform("gemm", _gemm(_read(choice, root)), str(choice.path))
+    rows = rows[rows["dtype"] == dtype]
+    if rows.empty:
+        raise ConfigError(field, version, f"a GEMM table with {dtype} rows")
+    if gemm is None:
+        return rows.reset_index(drop=True), choice
+    return pd.concat([gemm[gemm["dtype"] != dtype], rows], ignore_index=True), choice
+
+
 def read(root: Path, framework: str, version: str | None = None,
-         nccl_version: str | None = None) -> tuple[dict[str, pd.DataFrame], dict[str, TableChoice]]:
+         nccl_version: str | None = None, gemm_dtype_versions: dict | None = None,
+         ) -> tuple[dict[str, pd.DataFrame], dict[str, TableChoice]]:
     """Every family's rows of ``framework`` (``rows.COLUMNS``), and the tables they came from.
 
     A family the framework has no table for is an empty frame (the fit carries another
-    family's parameters over and says so).
+    family's parameters over and says so). ``gemm_dtype_versions`` (dtype → version) takes
+    that dtype's GEMM rows from that version's table instead (recorded as ``gemm_<dtype>``).
     """
     root = Path(root)
     if framework not in FRAMEWORKS:
@@ -158,6 +177,9 @@ def read(root: Path, framework: str, version: str | None = None,
             frames["comm"] = conform("comm", _allreduce(df), str(choice.path))
         elif family == "moe":
             frames["moe"] = conform("moe", _moe(df), str(choice.path))
+    for dtype, v in (gemm_dtype_versions or {}).items():
+        frames["gemm"], used[f"gemm_{dtype}"] = _gemm_rows_from(root, framework, dtype, str(v),
+                                                                 frames.get("gemm"))
     if version is not None and not used:
         raise ConfigError("version", version, f"no {framework} table of that version under "
                           f"{root}")

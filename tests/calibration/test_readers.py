@@ -52,6 +52,29 @@ def test_aiconfigurator_folder_to_rows(tmp_path, synthetic):
         aiconfigurator.read(root, "vllm", version="0.1.0")
 
 
+def test_one_gemm_dtype_from_another_version(tmp_path, synthetic):
+    root = synthetic.write_aiconfigurator(tmp_path)
+    newest, _ = aiconfigurator.read(root, "vllm")
+    dtype = newest["gemm"]["dtype"].iloc[0]
+    older = root / "gemm" / "vllm" / "0.19.0"
+    older.mkdir()
+    table = pd.read_parquet(root / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet")
+    table.assign(latency=table["latency"] * 3).to_parquet(older / "gemm_perf.parquet")
+    frames, used = aiconfigurator.read(root, "vllm", gemm_dtype_versions={dtype: "0.19.0"})
+    g, g0 = frames["gemm"], newest["gemm"]
+    assert used[f"gemm_{dtype}"].version == "0.19.0" and used["gemm"].version == "0.24.0"
+    mine, theirs = g[g["dtype"] == dtype], g0[g0["dtype"] == dtype]
+    assert len(mine) == len(theirs)
+    np.testing.assert_allclose(np.sort(mine["latency_s"]), np.sort(theirs["latency_s"]) * 3)
+    assert (mine["source"] == "gemm/vllm/0.19.0/gemm_perf.parquet").all()
+    rest = g[g["dtype"] != dtype].reset_index(drop=True)
+    pd.testing.assert_frame_equal(rest, g0[g0["dtype"] != dtype].reset_index(drop=True))
+    with pytest.raises(ConfigError, match=f"gemm_dtype_versions.{dtype}"):
+        aiconfigurator.read(root, "vllm", gemm_dtype_versions={dtype: "9.9.9"})
+    with pytest.raises(ConfigError, match="gemm_dtype_versions.int4"):
+        aiconfigurator.read(root, "vllm", gemm_dtype_versions={"int4": "0.19.0"})
+
+
 def test_vidur_csvs_to_rows(tmp_path):
     prof = tmp_path / "data" / "profiling"
     mlp = prof / "compute" / "a100" / "org" / "model"
