@@ -85,7 +85,7 @@ def arrival_seconds(raw: pd.Series, layout: Layout, path: str, field: str) -> pd
     named like the file's column."""
     if layout.arrival != "TIMESTAMP":
         return raw
-    stamps = pd.to_datetime(raw, errors="coerce")
+    stamps = pd.to_datetime(raw, errors="coerce", format="ISO8601")
     bad = stamps.isna().to_numpy()
     if bad.any():
         i = int(np.argmax(bad))

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import os
 import signal
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_module
 from hypothesis import HealthCheck, given, settings
@@ -95,22 +97,30 @@ CELLS = st.one_of(NUMBERS.map(str), st.sampled_from(["", "abc", "nan", "inf", "-
                                                     "NaN", "1e400", "0x10", " 7 ", '"5"']))
 
 
+# the column names of each layout read as published (scenarios.trace_formats)
+LAYOUTS = (COLUMNS, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+           ("Timestamp", "Request tokens", "Response tokens", "Model"),
+           ("arrived_at", "num_prefill_tokens", "num_decode_tokens"))
+
+
 @st.composite
 def trace_csvs(draw) -> str:
-    """The text of a trace CSV that is often malformed, sometimes valid."""
-    columns = draw(st.lists(st.sampled_from([*COLUMNS, "extra"]), max_size=5, unique=True)
-                   | st.just(list(COLUMNS[:3])))
+    """The text of a trace CSV in one of the layouts, often malformed, sometimes valid."""
+    layout = draw(st.sampled_from(LAYOUTS))
+    columns = draw(st.lists(st.sampled_from([*layout, "extra"]), max_size=5, unique=True)
+                   | st.just(list(layout[:3])))
     n = draw(st.integers(0, 8))
     rows = []
     for _ in range(n):
         row = [draw(CELLS) for _ in columns]
         rows.append(row)
-    if "arrival_time_s" in columns and draw(st.booleans()):  # often valid, sorted times
-        i = columns.index("arrival_time_s")
+    if layout[0] in columns and draw(st.booleans()):  # often valid, sorted times
+        i = columns.index(layout[0])
         times = sorted(draw(st.lists(st.floats(0, 1e4), min_size=n, max_size=n)))
         for row, t in zip(rows, times, strict=True):
-            row[i] = repr(t)
-    for name in ("input_tokens", "output_tokens"):
+            row[i] = (str(pd.Timestamp("2023-11-16 18:15") + pd.to_timedelta(t, "s"))
+                      if layout[0] == "TIMESTAMP" else repr(t))
+    for name in layout[1:3]:
         if name in columns and draw(st.booleans()):
             i = columns.index(name)
             for row in rows:
@@ -137,6 +147,49 @@ def trace_cfg(tmp_path_factory):
 def test_malformed_trace_is_one_clean_error_or_a_sound_run(trace_cfg, text):
     cfg, path = trace_cfg
     path.write_text(text)
+    with time_limit(TIME_LIMIT_S):
+        try:
+            validate_config(cfg)
+        except (ConfigError, WorkloadError) as e:
+            assert_one_line(str(e))
+            assert str(e).startswith("workload."), str(e)
+            return
+        assert_sound_run(cfg)
+
+
+MOONCAKE_VALUES = st.one_of(NUMBERS, st.text(max_size=4), st.none(),
+                            st.lists(st.integers(-3, 2**40), max_size=4))
+
+
+@st.composite
+def mooncake_jsonl(draw) -> str:
+    """Mooncake-style JSON lines, often malformed, sometimes valid."""
+    lines, t = [], 0
+    for _ in range(draw(st.integers(0, 8))):
+        if draw(st.integers(0, 9)) == 0:  # a line that is not JSON
+            lines.append(draw(st.sampled_from(["{", "[1, 2]", "nan", '{"timestamp": }'])))
+            continue
+        t += draw(st.integers(0, 5000))
+        rec = {"timestamp": t, "input_length": draw(st.integers(1, 5000)),
+               "output_length": draw(st.integers(1, 500)),
+               "hash_ids": draw(st.lists(st.integers(0, 50), max_size=4))}
+        for key in draw(st.lists(st.sampled_from(sorted(rec)), max_size=2, unique=True)):
+            if draw(st.booleans()):
+                del rec[key]
+            else:
+                rec[key] = draw(MOONCAKE_VALUES)
+        lines.append(json.dumps(rec))
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(text=mooncake_jsonl())
+def test_malformed_json_lines_trace_is_one_clean_error_or_a_sound_run(trace_cfg, text):
+    cfg, path = trace_cfg
+    jsonl = path.with_suffix(".jsonl")
+    jsonl.write_text(text)
+    cfg = cfg.copy()
+    cfg.workload.trace_path = str(jsonl)
     with time_limit(TIME_LIMIT_S):
         try:
             validate_config(cfg)
