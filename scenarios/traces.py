@@ -106,11 +106,11 @@ def read_trace(path: str, field: str = FIELD) -> pd.DataFrame:
             header = list(pd.read_csv(path, nrows=0).columns)
             layout = csv_layout(header, path, field)
             raw = read_csv_columns(path, layout, header, field)
+    except WorkloadError:
+        raise
     except FileNotFoundError:
         raise WorkloadError(field, path, "file not found") from None
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as e:
-        if isinstance(e, WorkloadError):
-            raise
+    except (OSError, ValueError, pd.errors.ParserError) as e:  # UnicodeDecodeError included
         raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
     if raw.empty:
         raise WorkloadError(field, path, "the trace has no rows")
