@@ -19,6 +19,7 @@ from analysis.report import atomic_write, write_text
 from calibration import data
 from calibration.config import hardware_config
 from calibration.families import attention, comm, elementwise, gemm, moe
+from calibration.families import encoder_attention as encoder
 from calibration.fit import HELD_OUT_KEYS, settings
 from calibration.fitting import held_out_mask
 from sim.cost.operators import Efficiency
@@ -40,6 +41,8 @@ def predict_all(eff, measured: data.Measured, hw, s) -> pd.DataFrame:
             lab, pred = comm.predict(eff, rows, hw)
         elif family == "moe":
             lab, pred = moe.predict(eff, rows, hw)
+        elif family == "encoder_attention":
+            lab, pred = encoder.predict(eff, rows, hw)
         else:
             lab, pred = elementwise.predict(eff, rows, hw)
         keys = HELD_OUT_KEYS["attention" if family.startswith("attention") else family]

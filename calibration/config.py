@@ -16,7 +16,7 @@ from sim.errors import ConfigError
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = str(Path(conf.__file__).resolve().parent / "calibration")  # its own search path:
 # the sim's groups (hardware/, backend/) would otherwise capture ``hardware=``/``backend=``
-FAMILIES = ("gemm", "attention", "comm", "moe", "elementwise")
+FAMILIES = ("gemm", "attention", "comm", "moe", "elementwise", "encoder_attention")
 
 
 @dataclass
@@ -42,6 +42,7 @@ class CalibrationConfig:
     carry_from: str | None = "h100_sxm"
     calibration: str | None = None
     notes: list[str] = field(default_factory=list)
+    keep_rest: bool = False  # fit: refit only `families` into the existing file, keep the rest
 
 
 def register() -> None:

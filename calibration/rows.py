@@ -16,6 +16,8 @@ from, relative to the data folder); the other columns name the shape:
   ``tp``, ``ep``, ``distribution``.
 - ``elementwise``: ``op``, ``nbytes``, ``kernels`` (memory-bound kernels: norms, rotary,
   activations, residual adds).
+- ``encoder_attention``: ``batch_size``, ``seq`` (tokens per sequence, each attending to all
+  of them: non-causal), ``num_heads`` (each with its own K and V), ``head_dim``, ``dtype``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ COLUMNS = {
     "moe": ["dtype", "num_tokens", "hidden", "inter", "topk", "num_experts", "tp", "ep",
             "distribution"],
     "elementwise": ["op", "nbytes", "kernels"],
+    "encoder_attention": ["batch_size", "seq", "num_heads", "head_dim", "dtype"],
 }
 KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0}
 

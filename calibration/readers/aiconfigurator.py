@@ -28,6 +28,7 @@ TABLES = {
     "attention_decode": ("attention", "generation_attention_perf"),
     "allreduce": ("comm", "custom_allreduce_perf"),
     "moe": ("moe", "moe_perf"),
+    "encoder_attention": ("encoder_attention", "encoder_attention_perf"),
 }
 NCCL_KINDS = {"all_gather": "allgather", "alltoall": "alltoall",
               "reduce_scatter": "reduce_scatter", "all_reduce": "allreduce"}
@@ -111,6 +112,10 @@ def _attention(df: pd.DataFrame, prefill: bool) -> pd.DataFrame:
     return df.assign(ctx=df["step"])
 
 
+def _encoder(df: pd.DataFrame) -> pd.DataFrame:
+    return df.rename(columns={"isl": "seq", "attn_dtype": "dtype"})
+
+
 def _allreduce(df: pd.DataFrame) -> pd.DataFrame:
     src = df["kernel_source"].astype(str).str.lower()
     variant = np.where(src.str.contains("eager"), "eager", "graph")
@@ -177,6 +182,8 @@ def read(root: Path, framework: str, version: str | None = None,
             frames["comm"] = conform("comm", _allreduce(df), str(choice.path))
         elif family == "moe":
             frames["moe"] = conform("moe", _moe(df), str(choice.path))
+        elif family == "encoder_attention":
+            frames[family] = conform(family, _encoder(df), str(choice.path))
     for dtype, v in (gemm_dtype_versions or {}).items():
         frames["gemm"], used[f"gemm_{dtype}"] = _gemm_rows_from(root, framework, dtype, str(v),
                                                                  frames.get("gemm"))

@@ -126,7 +126,9 @@ class Efficiency:
 
     ``moe`` is the grouped-GEMM efficiency of MoE experts per dtype (the dense GEMM's when no
     MoE table was fitted); ``comm`` has one entry per kind of ``COMM_KINDS`` (a kind without a
-    measured table carries the all-reduce's, and the file says so).
+    measured table carries the all-reduce's, and the file says so). ``attention_encoder`` is
+    the non-causal (DiT) attention kernel's, None in files fitted before it existed (the
+    pricer then uses ``attention_prefill`` on the same work).
     """
 
     gemm: dict[str, GemmEfficiency]
@@ -136,6 +138,7 @@ class Efficiency:
     elementwise_launch_s: float
     comm: dict[str, CommEfficiency]
     moe: dict[str, GemmEfficiency] = field(default_factory=dict)
+    attention_encoder: AttentionEfficiency | None = None
 
     @classmethod
     def from_dict(cls, d: dict) -> Efficiency:
@@ -155,7 +158,22 @@ class Efficiency:
             elementwise_launch_s=float(d["elementwise_launch_s"]),
             comm=comm,
             moe=moe,
+            attention_encoder=(AttentionEfficiency.from_dict(d["attention_encoder"])
+                               if d.get("attention_encoder") else None),
         )
+
+    def to_dict(self) -> dict:
+        """The ``parameters`` block ``from_dict`` reads (``attention_encoder`` only when set)."""
+        d = {"gemm": {k: v.to_dict() for k, v in self.gemm.items()},
+             "attention_prefill": self.attention_prefill.to_dict(),
+             "attention_decode": self.attention_decode.to_dict(),
+             "elementwise_eta_memory": _sig(self.elementwise_eta_memory),
+             "elementwise_launch_s": _sig(self.elementwise_launch_s),
+             "comm": {k: v.to_dict() for k, v in self.comm.items()},
+             "moe": {k: v.to_dict() for k, v in self.moe.items()}}
+        if self.attention_encoder is not None:
+            d["attention_encoder"] = self.attention_encoder.to_dict()
+        return d
 
 
 def prefill_attention_work(
@@ -172,6 +190,18 @@ def prefill_attention_work(
     nbytes = (
         ctx + q
     ) * 2.0 * kv_heads * head_dim * kv_bytes + 2.0 * q * heads * head_dim * act_bytes
+    return flops, nbytes
+
+
+def encoder_attention_work(batch, seq_q, seq_kv, heads, head_dim, act_bytes: float = 2.0):
+    """Non-causal attention of ``batch`` sequences: ``seq_q`` queries each over all ``seq_kv``
+    keys (a DiT's full attention, or one ring-attention pass over a K/V block).
+
+    FLOPs: QKᵀ and PV, 2·2·heads·head_dim per (query, key) pair. Bytes: read Q and K, V and
+    write O, all in ``act_bytes``.
+    """
+    flops = 4.0 * batch * seq_q * seq_kv * heads * head_dim
+    nbytes = 2.0 * batch * heads * head_dim * act_bytes * (seq_q + seq_kv)
     return flops, nbytes
 
 

@@ -29,6 +29,7 @@ from sim.cost.operators import (
     Efficiency,
     attention_time,
     comm_time,
+    encoder_attention_work,
     gemm_time,
     gemm_work,
     moe_time,
@@ -184,6 +185,27 @@ class Pricer:
         t, cb = attention_point_time(e, flops, nbytes, q_per_seq, num_seqs, self.hw.bf16_flops,
                                      self.hw.hbm_bandwidth, head_dim, kv_heads, self.hw.num_sms)
         return OperatorCost(name, 1, flops, nbytes, t, "compute" if cb else "memory", "bfloat16")
+
+    def encoder_attention(self, name: str, batch: int, seq_q: int, seq_kv: int, heads: int,
+                          head_dim: int) -> OperatorCost:
+        """One run of non-causal attention: ``batch`` sequences of ``seq_q`` queries each over
+        ``seq_kv`` keys (``seq_q != seq_kv``: one ring-attention pass over a K/V block),
+        ``heads`` heads of ``head_dim`` on this GPU, bf16, at the bf16 peak. Priced with
+        ``eff.attention_encoder``, or with ``eff.attention_prefill`` on the same work when the
+        calibration has none."""
+        args = (name, batch, seq_q, seq_kv, heads, head_dim)
+        return self._memo.get_or(("encoder_attention",) + args,
+                                 lambda: self._encoder_attention(*args))
+
+    def _encoder_attention(self, name: str, batch: int, seq_q: int, seq_kv: int, heads: int,
+                           head_dim: int) -> OperatorCost:
+        e = self.eff.attention_encoder or self.eff.attention_prefill
+        f, b = encoder_attention_work(float(batch), float(seq_q), float(seq_kv), float(heads),
+                                      float(head_dim), ACT_BYTES)
+        # every head has its own K and V: the kernel's parallel units are batch × heads
+        t, cb = attention_point_time(e, f, b, seq_q, batch, self.hw.bf16_flops,
+                                     self.hw.hbm_bandwidth, head_dim, heads, self.hw.num_sms)
+        return OperatorCost(name, 1, f, b, t, "compute" if cb else "memory", "bfloat16")
 
     def experts(self, name: str, num_tokens, hidden: int, inter: int, num_experts: int,
                 topk: int, distinct, dtype: str, w_bytes: float,
