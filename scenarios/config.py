@@ -11,6 +11,12 @@ Synthetic shared prefixes (``scenarios.prefixes``, ``scenarios.sessions``) are c
 ``workload.system_prompt`` (shared system prompts), ``workload.multi_turn`` (conversations
 whose every turn re-sends the whole conversation so far) and ``workload.hash_block_tokens``
 (tokens named by one id of the ``hash_ids`` they produce).
+
+Diffusion jobs (``kind: diffusion`` or ``mixed``) are configured by the flat shape fields
+(``model``, ``height``, ``width``, ``frames``, ``steps``, ``images``, ``guidance``), ``mix``,
+``priority_classes``, ``diffusion_rate``/``diffusion_num_jobs`` (mixed) and
+``trace_types``/``trace_statuses`` (diffusion trace replay); their schemas and checks are in
+``scenarios.diffusion_config``, the job table in ``scenarios.diffusion``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scenarios.classes import RequestClassConfig, check_classes
+from scenarios.diffusion_config import JobShapeConfig, PriorityClassConfig, check_diffusion
 from scenarios.errors import WorkloadError
 from scenarios.traces import MAX_TIME_S, MAX_TOKENS
 
@@ -80,9 +87,12 @@ class MultiTurnConfig:
 
 @dataclass
 class WorkloadConfig:
-    """How requests arrive and how long they are."""
+    """How requests (LLM) or jobs (diffusion) arrive, how long or how large they are."""
 
     name: str = "???"
+    # llm: requests; diffusion: generation jobs (arrival, rate, num_requests count jobs);
+    # mixed: both, the LLM requests as for llm plus a Poisson job stream at diffusion_rate
+    kind: str = "llm"
     arrival: str = "poisson"  # poisson | gamma | closed_loop | trace
     rate: float = 10.0  # req/s (poisson, gamma)
     cv: float = 1.0  # gamma inter-arrival coefficient of variation (1 = Poisson)
@@ -116,6 +126,22 @@ class WorkloadConfig:
     # tokens named by one synthetic hash id: the simulator reads hash_ids at
     # cluster.prefix_block_tokens per id, so the two must agree (the shipped YAMLs tie them)
     hash_block_tokens: int = 512
+    # --- diffusion jobs (kind diffusion or mixed; scenarios.diffusion_config) ---
+    model: str = ""  # the jobs' pipeline; "": the run's model= (must be set with kind=mixed)
+    height: int = 1024  # pixels
+    width: int = 1024
+    frames: int = 1  # 1: an image; more: a video
+    steps: int = 0  # denoising steps; 0: the pipeline's default (a trace's own with arrival=trace)
+    images: int = 1  # images per prompt (a trace's own with arrival=trace)
+    guidance: str = ""  # "": the pipeline's default; else cfg | distilled | none
+    # job shapes drawn by weight instead of the fixed shape above (which fills their gaps)
+    mix: list[JobShapeConfig] = field(default_factory=list)
+    priority_classes: list[PriorityClassConfig] = field(default_factory=list)
+    diffusion_rate: float = 0.1  # kind=mixed: jobs per second of the job stream
+    diffusion_num_jobs: int | None = None  # kind=mixed: jobs; null: span the LLM stream's time
+    # a diffusion trace's rows to replay (Alibaba GenTD26: request type and final status)
+    trace_types: list[str] = field(default_factory=lambda: ["TXT_2_IMG", "IMG_2_IMG"])
+    trace_statuses: list[str] = field(default_factory=lambda: ["SUCCEED", "FAILED"])
 
 
 def _finite(x: Any) -> bool:
@@ -261,6 +287,8 @@ def check_workload(w: Any) -> None:
         check_total_length(w)
     check_classes(w.classes)
     check_prefixes(w)
+    if getattr(w, "kind", None) is not None:  # None: a config from before diffusion workloads
+        check_diffusion(w)
 
 
 def check_prefixes(w: Any) -> None:

@@ -15,6 +15,11 @@ about a value names the column a user sees in the file:
   ``num_prefill_tokens``, ``num_decode_tokens``;
 - Mooncake's JSON lines (``FAST25-release/traces/*.jsonl``): ``timestamp`` (milliseconds),
   ``input_length``, ``output_length``, ``hash_ids`` (a list of ints).
+
+Diffusion job traces (``read_job_trace``) have layouts of their own (``JOB_LAYOUTS``):
+
+- Alibaba GenTD26 (``shared/traces/alibaba_t2i_diffusion.csv``): ``arrival_time_s``,
+  ``num_inference_steps``, ``num_images`` (per prompt), and ``type``/``status`` to choose rows.
 """
 
 from __future__ import annotations
@@ -49,6 +54,44 @@ CSV_LAYOUTS = (
 )
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 MOONCAKE = Layout("Mooncake JSON lines", *MOONCAKE_KEYS, hash_ids="hash_ids")
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    """A diffusion job trace's CSV layout: arrival, steps and images per prompt, and the
+    columns of the request type and final status that choose which rows to replay."""
+
+    name: str
+    arrival: str
+    steps: str
+    images: str
+    type: str
+    status: str
+
+    @property
+    def required(self) -> tuple[str, str, str]:
+        """The columns every row needs."""
+        return (self.arrival, self.steps, self.images)
+
+
+ALIBABA = JobLayout("Alibaba GenTD26 text-to-image trace", "arrival_time_s",
+                    "num_inference_steps", "num_images", "type", "status")
+JOB_LAYOUTS = (ALIBABA,)
+
+
+def job_csv_layout(header: list[str], path: str, field: str) -> JobLayout:
+    """The diffusion job layout whose required columns ``header`` has (the first that fits)."""
+    for layout in JOB_LAYOUTS:
+        if all(c in header for c in layout.required):
+            return layout
+    near = [lay for lay in JOB_LAYOUTS if any(c in header for c in lay.required[1:])]
+    if near:  # meant as this layout: say which column is missing
+        missing = next(c for c in near[0].required if c not in header)
+        raise WorkloadError(field, path, f"missing column {missing!r} (a {near[0].name} needs "
+                            f"{list(near[0].required)}, has {header})")
+    known = "; ".join(f"{lay.name}: {list(lay.required)}" for lay in JOB_LAYOUTS)
+    raise WorkloadError(field, path, f"not a diffusion job trace: columns {header[:8]}; "
+                        f"expected the columns of one of: {known}")
 
 
 def csv_layout(header: list[str], path: str, field: str) -> Layout:

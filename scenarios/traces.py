@@ -6,6 +6,9 @@ ints: prefix-block hashes, Mooncake style); other columns are ignored. The publi
 the Azure, BurstGPT, Vidur and Mooncake traces are read as they are
 (``scenarios.trace_formats``). Every problem raises one ``WorkloadError`` naming the config
 field of the path and what is wrong, with the first bad row.
+
+Diffusion job traces (``read_job_trace``: the Alibaba GenTD26 layout) are read the same way
+into ``arrival_time_s``, ``steps`` and ``images``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from scenarios.trace_formats import (
     arrival_seconds,
     csv_layout,
     is_json_lines,
+    job_csv_layout,
     read_csv_columns,
     read_mooncake_jsonl,
 )
@@ -32,6 +36,7 @@ MAX_TIME_S = 1e9
 
 
 def _row(i: int) -> str:
+    i = int(i)
     return f"row {i} (line {i + 2})"
 
 
@@ -43,7 +48,8 @@ def _numeric(raw: pd.Series, path: str, field: str) -> np.ndarray:
         raise WorkloadError(
             field,
             path,
-            f"column {raw.name!r} {_row(i)} is {raw.iloc[i]!r}; expected a finite number",
+            f"column {raw.name!r} {_row(raw.index[i])} is {raw.iloc[i]!r}; expected a finite "
+            "number",
         )
     return values
 
@@ -52,8 +58,8 @@ def _in_range(values: np.ndarray, raw: pd.Series, path: str, field: str, bad: np
               expected: str) -> None:
     if bad.any():
         i = int(np.argmax(bad))
-        raise WorkloadError(field, path, f"column {raw.name!r} {_row(i)} is {raw.iloc[i]!r}; "
-                            f"{expected}")
+        raise WorkloadError(field, path, f"column {raw.name!r} {_row(raw.index[i])} is "
+                            f"{raw.iloc[i]!r}; {expected}")
 
 
 def _lengths(raw: pd.Series, path: str, field: str) -> np.ndarray:
@@ -62,6 +68,15 @@ def _lengths(raw: pd.Series, path: str, field: str) -> np.ndarray:
               "token lengths must be non-negative integers")
     _in_range(values, raw, path, field, values > MAX_TOKENS,
               f"token lengths must be at most {MAX_TOKENS}")
+    return values.astype(np.int64)
+
+
+def _counts(raw: pd.Series, path: str, field: str) -> np.ndarray:
+    """Steps or images per job: integers >= 1."""
+    values = _numeric(raw, path, field)
+    _in_range(values, raw, path, field, (values < 1) | (values != np.floor(values)),
+              "must be an integer >= 1")
+    _in_range(values, raw, path, field, values > MAX_TOKENS, f"must be at most {MAX_TOKENS}")
     return values.astype(np.int64)
 
 
@@ -115,15 +130,7 @@ def read_trace(path: str, field: str = FIELD) -> pd.DataFrame:
     if raw.empty:
         raise WorkloadError(field, path, "the trace has no rows")
     arrival = _arrivals(arrival_seconds(raw[layout.arrival], layout, path, field), path, field)
-    down = np.diff(arrival) < 0
-    if down.any():
-        i = int(np.argmax(down)) + 1
-        raise WorkloadError(
-            field,
-            path,
-            f"{layout.arrival} is not sorted: {_row(i)} is "
-            f"{float(arrival[i])!r}, before the previous row's {float(arrival[i - 1])!r}",
-        )
+    _check_sorted(arrival, raw.index, layout.arrival, path, field)
     out = pd.DataFrame(
         {
             "arrival_time_s": arrival,
@@ -167,3 +174,57 @@ def window_trace(
     out = out.reset_index(drop=True)
     out["arrival_time_s"] = (out["arrival_time_s"] - out["arrival_time_s"].iloc[0]) * time_scale
     return out
+
+
+def _check_sorted(arrival: np.ndarray, labels: pd.Index, column: str, path: str,
+                  field: str) -> None:
+    down = np.diff(arrival) < 0
+    if down.any():
+        i = int(np.argmax(down)) + 1
+        raise WorkloadError(field, path, f"{column} is not sorted: {_row(labels[i])} is "
+                            f"{float(arrival[i])!r}, before the previous row's "
+                            f"{float(arrival[i - 1])!r}")
+
+
+def read_job_trace(path: str, types: list[str] | tuple[str, ...] = (),
+                   statuses: list[str] | tuple[str, ...] = (), field: str = FIELD) -> pd.DataFrame:
+    """Read a diffusion job trace into ``arrival_time_s`` (raw trace time), ``steps`` and
+    ``images`` (int64), keeping only rows whose type is in ``types`` and status in
+    ``statuses`` (empty: every row). Only kept rows are validated, so rows that never ran (no
+    steps) do not stop a replay that leaves them out; errors name the file's line."""
+    try:
+        header = list(pd.read_csv(path, nrows=0).columns)
+        layout = job_csv_layout(header, path, field)
+        cols = list(layout.required)
+        for name, column, values in (("trace_types", layout.type, types),
+                                     ("trace_statuses", layout.status, statuses)):
+            if len(values) and column not in header:
+                raise WorkloadError(field, path, f"missing column {column!r}, which "
+                                    f"workload.{name}={list(values)} filters on (set it to [] "
+                                    "to keep every row)")
+            if len(values):
+                cols.append(column)
+        raw = pd.read_csv(path, usecols=cols, dtype=str, keep_default_na=False,
+                          na_values=[""])
+    except WorkloadError:
+        raise
+    except FileNotFoundError:
+        raise WorkloadError(field, path, "file not found") from None
+    except (OSError, ValueError, pd.errors.ParserError) as e:  # UnicodeDecodeError included
+        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
+    if raw.empty:
+        raise WorkloadError(field, path, "the trace has no rows")
+    keep = np.ones(len(raw), dtype=bool)
+    if len(types):
+        keep &= raw[layout.type].isin(list(types)).to_numpy()
+    if len(statuses):
+        keep &= raw[layout.status].isin(list(statuses)).to_numpy()
+    raw = raw.loc[keep]
+    if raw.empty:
+        raise WorkloadError(field, path, f"no rows of type {list(types)} with status "
+                            f"{list(statuses)} (workload.trace_types, workload.trace_statuses)")
+    arrival = _arrivals(raw[layout.arrival], path, field)
+    _check_sorted(arrival, raw.index, layout.arrival, path, field)
+    return pd.DataFrame({"arrival_time_s": arrival,
+                         "steps": _counts(raw[layout.steps], path, field),
+                         "images": _counts(raw[layout.images], path, field)})

@@ -178,6 +178,8 @@ def check_workload_files(workload: Any) -> None:
     problem as one ``WorkloadError``: a trace's header, column types, finite values, order,
     ranges and the rows its window keeps; each empirical length file's column. Call after
     ``check_workload``."""
+    if getattr(workload, "kind", "llm") == "diffusion":  # no LLM requests to read files for
+        return
     if workload.arrival == "trace":
         _fix_lengths(_trace_rows(workload), workload)
         return
@@ -187,11 +189,21 @@ def check_workload_files(workload: Any) -> None:
                                f"{field}.path")
 
 
+def _empty_requests() -> pd.DataFrame:
+    """The request table with its columns and dtypes and no rows."""
+    return pd.DataFrame({"arrival_time_s": np.zeros(0), "input_tokens": np.zeros(0, np.int64),
+                         "output_tokens": np.zeros(0, np.int64),
+                         "client": np.zeros(0, np.int64), "think_time_s": np.zeros(0)})[
+        list(COLUMNS)]
+
+
 def build_requests(
     workload: Any, rng_arrivals: np.random.Generator, rng_lengths: np.random.Generator
 ) -> pd.DataFrame:
     """Build the request table of one run from a workload config (contract: module docstring)."""
     check_workload(workload)
+    if getattr(workload, "kind", "llm") == "diffusion":  # jobs only: scenarios.diffusion
+        return _empty_requests()
     multi_turn = _multi_turn(workload)
     if workload.arrival == "trace":
         rows = _trace_rows(workload)

@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from scenarios import WorkloadConfig, build_requests, check_workload
+from scenarios import WorkloadConfig, build_jobs, build_requests, check_workload
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -36,7 +36,8 @@ def test_compose_check_and_build(name, monkeypatch):
         w.max_requests = 100
     else:
         w.num_requests = 200
-    df = build_requests(w, np.random.default_rng(0), np.random.default_rng(1))
+    df = (build_jobs(w, "flux1_dev", 0) if w.kind == "diffusion" else
+          build_requests(w, np.random.default_rng(0), np.random.default_rng(1)))
     assert len(df) == (100 if w.arrival == "trace" else 200)
 
 
