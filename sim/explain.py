@@ -16,6 +16,11 @@ batch=prefill:1x4096+decode:64x2000``.
            | 'decode:' SEQS 'x' CONTEXT              SEQS sequences, each generating one token
                                                       over CONTEXT cached tokens
 
+For a diffusion pipeline (``model=flux1_dev`` and the other ``kind: diffusion`` models) it
+explains one job instead, e.g. ``python -m sim.explain model=flux1_dev job=1024x1024
+plan=ulysses4xcfg2``: ``job=HEIGHTxWIDTH[xFRAMES] steps= images= guidance= plan=auto|single|
+DEGREES gpus=`` (``sim.diffusion.explain``).
+
 Default ``prefill:1x4096+decode:64x2000``. ``context=N`` is the sequence length at which the
 memory plan counts the maximum concurrent sequences (default: the longest sequence of the batch
 after this step, cached + new tokens). ``chart=PATH`` is where the roofline PNG goes: explain
@@ -38,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import sim.diffusion.explain as diffusion_explain
 import sim.memory as memory
 from analysis.roofline_chart import write_roofline_chart
 from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
@@ -46,7 +52,8 @@ from sim.kv_cache import kv_blocks
 from sim.preflight import compose_or_exit
 
 DEFAULT_BATCH = "prefill:1x4096+decode:64x2000"
-OWN_KEYS = ("batch", "context", "chart")
+LLM_KEYS = ("batch", "context")
+OWN_KEYS = LLM_KEYS + ("chart",) + diffusion_explain.OWN_KEYS
 PART = re.compile(r"^(prefill|decode):(\d+)x(\d+)(?:@(\d+))?$")
 GRAMMAR = ("'+'-joined parts prefill:SEQSxTOKENS[@CACHED] or decode:SEQSxCONTEXT, "
            "e.g. prefill:1x4096+decode:64x2000")
@@ -256,8 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     own, overrides = split_args(argv)
     cfg = plain(compose_or_exit(overrides))
+    if getattr(cfg.model, "kind", "llm") == "diffusion":
+        return _explain_diffusion(cfg, own)
     text = own.get("batch", DEFAULT_BATCH)
     try:
+        wrong = [k for k in diffusion_explain.OWN_KEYS if k in own]
+        if wrong:
+            raise ConfigError(wrong[0], own[wrong[0]], f"only for a diffusion model "
+                              f"(model.kind=diffusion); {cfg.model.name} is an LLM")
         check_config(cfg)
         parts = parse_batch(text)
         check_batch(cfg, parts, text)
@@ -283,6 +296,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {plan_error}", file=sys.stderr)
         return 2
     return 0
+
+
+def _explain_diffusion(cfg, own: dict[str, str]) -> int:
+    """A diffusion pipeline's job, stage by stage (``sim.diffusion.explain``)."""
+    try:
+        wrong = [k for k in LLM_KEYS if k in own]
+        if wrong:
+            raise ConfigError(wrong[0], own[wrong[0]], f"only for an LLM; {cfg.model.name} is "
+                              "a diffusion pipeline: use job=, plan=, gpus=, steps=, images=, "
+                              "guidance= (see --help)")
+        return diffusion_explain.run(cfg, own)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from sim.config.common import WEIGHT_DTYPE_BYTES, positive
+from sim.config.diffusion_model import DiffusionPipelineConfig, check_diffusion_pipeline
 from sim.errors import ConfigError
 
 # per-layer lists are built, so a typo such as 1e12 layers is refused rather than allocated
@@ -27,6 +28,10 @@ class ModelConfig:
     name: str = "???"
     hf_id: str = ""
     architecture: str = ""  # config.json "architectures"[0], e.g. LlamaForCausalLM
+    # llm: a decoder served token by token; diffusion: an image/video pipeline whose
+    # architecture is the ``diffusion`` block (sim.config.diffusion_model)
+    kind: str = "llm"
+    diffusion: DiffusionPipelineConfig | None = None
     num_hidden_layers: int = 32
     hidden_size: int = 4096
     num_attention_heads: int = 32
@@ -119,8 +124,17 @@ def _check_layers(m: ModelConfig) -> None:
             positive(f"model.{f}", getattr(m, f))
 
 
+MODEL_KINDS = ("llm", "diffusion")
+
+
 def check_model(m: ModelConfig) -> None:
     """Range checks of a model's architecture fields."""
+    if m.kind not in MODEL_KINDS:
+        raise ConfigError("model.kind", m.kind, f"one of {list(MODEL_KINDS)}")
+    if m.kind == "diffusion":
+        if m.diffusion is None:
+            raise ConfigError("model.diffusion", None, "a pipeline block (kind: diffusion)")
+        check_diffusion_pipeline(m.diffusion)
     for f in fields(ModelConfig):
         v = getattr(m, f.name)
         if isinstance(v, int) and not isinstance(v, bool) and v < 0:  # 0: block absent

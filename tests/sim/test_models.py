@@ -30,7 +30,8 @@ from sim.memory import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = sorted(p.stem for p in (REPO / "conf" / "model").glob("*.yaml"))
+SHIPPED = sorted(p.stem for p in (REPO / "conf" / "model").glob("*.yaml")
+                 if "kind: diffusion" not in p.read_text())  # LLMs (pipelines: tests/sim/diffusion)
 
 # total parameters from the model cards (MTP / draft modules excluded)
 TOTAL = {

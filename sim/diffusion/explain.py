@@ -1,0 +1,212 @@
+"""``python -m sim.explain model=<diffusion pipeline> …``: one job's stages as operators on the
+roofline, the plan's communication, and why more GPUs do not make it proportionally faster.
+
+    python -m sim.explain model=flux1_dev job=1024x1024 plan=ulysses4xcfg2 hardware=h100_sxm
+
+Arguments (``key=value``; every other one is a ``python -m sim`` override):
+
+- ``job=HEIGHTxWIDTH[xFRAMES]`` (default: the pipeline's default size and frames);
+- ``steps=N``, ``images=N``, ``guidance=cfg|distilled|none`` (default: the pipeline's);
+- ``plan=auto`` (default: the fastest valid plan on ``gpus``), ``single``, or degrees joined
+  by ``x``: ``ulysses4xcfg2``, ``ring2xpipefusion4``, … (of ulysses, ring, cfg, pipefusion,
+  data, tensor);
+- ``gpus=N`` (with ``plan=auto``; default ``hardware.gpus_per_node``);
+- ``chart=PATH|none``: the roofline PNG of the denoising step (default ``roofline.png``).
+
+It prints, per stage (text encoding once per job, one denoising step, the VAE decode once per
+job), every operator with its count, FLOPs, bytes, arithmetic intensity, the balance point of
+its dtype, the roof that binds it and its time and share; then the plan's communication per
+step, the job's total, and the best plan's time on 1, 2, 4, … GPUs split into compute,
+communication and serial time (the text encoders run on one GPU; the pipeline fill of
+PipeFusion) — what keeps the speed-up below the GPU count.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.roofline_chart import write_roofline_chart
+from sim.cost.base import OperatorCost
+from sim.diffusion.cost import STAGES, DiffusionCostModel
+from sim.diffusion.job import GUIDANCE_MODES, JobShape, JobTiming, ParallelPlan
+from sim.diffusion.pipeline import Job
+from sim.diffusion.plans import parse_plan
+from sim.errors import ConfigError
+
+OWN_KEYS = ("job", "plan", "gpus", "steps", "images", "guidance")
+JOB = re.compile(r"^(\d+)x(\d+)(?:x(\d+))?$")
+STAGE_TITLES = {"encode": "text encoders (one GPU, once per job)",
+                "step": "one denoising step (per GPU: every guidance pass of this GPU group)",
+                "decode": "VAE decode (per GPU, once per job)"}
+COLS = ["operator", "count", "GFLOP", "MB", "FLOP/B", "dtype", "balance", "bound", "TFLOP/s",
+        "time_ms", "share_%"]
+
+
+def _int(key: str, text: str, low: int = 1) -> int:
+    if not str(text).isdigit() or int(text) < low:
+        raise ConfigError(key, text, f"a whole number >= {low}")
+    return int(text)
+
+
+def parse_shape(model: str, default: JobShape, own: dict[str, str]) -> JobShape:
+    """The job of ``job=``/``steps=``/``images=``/``guidance=`` (module doc)."""
+    h, w, f = default.height, default.width, default.frames
+    if "job" in own:
+        m = JOB.match(own["job"])
+        if not m:
+            raise ConfigError("job", own["job"], "HEIGHTxWIDTH or HEIGHTxWIDTHxFRAMES, "
+                              "e.g. 1024x1024 or 720x1280x129")
+        h, w, f = int(m[1]), int(m[2]), int(m[3] or 1)
+    guidance = own.get("guidance", "")
+    if guidance and guidance not in GUIDANCE_MODES:
+        raise ConfigError("guidance", guidance, f"one of {list(GUIDANCE_MODES)}")
+    steps = _int("steps", own["steps"]) if "steps" in own else 0
+    images = _int("images", own["images"]) if "images" in own else 1
+    return JobShape(model, h, w, f, steps, images, guidance)
+
+
+def ops_table(ops: list[OperatorCost], hw) -> pd.DataFrame:
+    """The operators as explain prints them (one row each, ``COLS``)."""
+    peaks = {"bf16": float(hw.bf16_flops)}
+    bw = float(hw.hbm_bandwidth)
+    t = pd.DataFrame({
+        "operator": [o.name for o in ops], "count": [o.count for o in ops],
+        "flops": [o.flops for o in ops], "bytes": [o.bytes for o in ops],
+        "time_s": [o.time_s for o in ops], "bound": [o.bound for o in ops],
+        "dtype": ["bf16" if o.flops > 0 else "-" for o in ops]})
+    total = t["time_s"].sum()
+    t["GFLOP"] = t["flops"] / 1e9
+    t["MB"] = t["bytes"] / 1e6
+    t["FLOP/B"] = t["flops"] / t["bytes"].where(t["bytes"] > 0)
+    t["balance"] = [peaks["bf16"] / bw if d == "bf16" else np.nan for d in t["dtype"]]
+    t["TFLOP/s"] = (t["flops"] / t["time_s"].where(t["time_s"] > 0)).fillna(0.0) / 1e12
+    t["time_ms"] = t["time_s"] * 1e3
+    t["share_%"] = 100 * t["time_s"] / total if total > 0 else 0.0
+    return t
+
+
+def split_time(cost: DiffusionCostModel, shape: JobShape, timing: JobTiming) -> dict:
+    """A job's time on its plan as compute (operators on the roofline), communication and
+    serial time (text encoding on one GPU, PipeFusion's fill and drain), in seconds."""
+    plan, steps = timing.plan, timing.steps
+    parts = {"compute": 0.0, "comm": 0.0, "serial": timing.encode_s}
+    for stage, times in (("step", steps), ("decode", 1)):
+        for op in cost.breakdown(shape, plan, stage):
+            key = op.bound if op.bound in ("comm", "serial") else "compute"
+            parts[key] += op.time_s * times
+    return parts
+
+
+def scaling_table(cost: DiffusionCostModel, shape: JobShape, max_gpus: int) -> pd.DataFrame:
+    """The best plan's time on 1, 2, 4, … ``max_gpus`` GPUs, its speed-up and split."""
+    rows, base, base_compute = [], None, None
+    g = 1
+    while g <= max_gpus:
+        t = cost.best(shape, g)
+        parts = split_time(cost, shape, t)
+        base = base or t.total_s
+        base_compute = base_compute or parts["compute"]
+        rows.append({"gpus": g, "plan": t.plan.label(), "total_s": t.total_s,
+                     "speedup": base / t.total_s, "efficiency_%": 100 * base / t.total_s / g,
+                     "compute_s": parts["compute"], "comm_s": parts["comm"],
+                     "serial_s": parts["serial"],
+                     # compute beyond 1/g of one GPU's: smaller (less efficient) kernels, work
+                     # every GPU repeats, the VAE strips' halos
+                     "compute_extra_s": parts["compute"] - base_compute / g,
+                     "comm_%": 100 * parts["comm"] / t.total_s,
+                     "serial_%": 100 * parts["serial"] / t.total_s})
+        g *= 2
+    return pd.DataFrame(rows)
+
+
+def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: bool) -> list[str]:
+    frames = f"x{job.frames} frames" if job.frames > 1 else ""
+    how = "the fastest valid plan (plan=auto)" if auto else "plan"
+    return [f"{name} on {plan.gpus}x {hw.name}, backend {backend}: one job of {job.images} "
+            f"x {job.height}x{job.width}{frames}, {job.steps} steps, guidance {job.guidance} "
+            f"({job.passes} DiT pass{'es' if job.passes > 1 else ''} per step)",
+            f"latent {job.latent_frames}x{job.latent_height}x{job.latent_width} -> "
+            f"{job.image_tokens:,} image tokens + {job.text_tokens} text tokens per sequence",
+            f"{how}: {plan.label()} ({plan.gpus} GPUs)",
+            f"balance point (peak FLOP/s / memory bandwidth): bf16 "
+            f"{hw.bf16_flops / hw.hbm_bandwidth:,.0f} FLOP/B (below it an operator is "
+            "memory-bound, above it compute-bound; bound is the cost model's verdict)"]
+
+
+def report(cost: DiffusionCostModel, cfg, shape: JobShape, plan: ParallelPlan,
+           auto: bool) -> tuple[str, pd.DataFrame]:
+    """The text explain prints, and the step's operator table (for the chart)."""
+    job = cost.job(shape)
+    timing = cost.timing(shape, plan)
+    lines = _header(shape.model, job, plan, cfg.hardware, cfg.backend.name, auto)
+    step_table = None
+    fmt = {"display.width": 160, "display.float_format": "{:,.3f}".format}
+    for stage in STAGES:
+        table = ops_table(cost.breakdown(shape, plan, stage), cfg.hardware)
+        if stage == "step":
+            step_table = table
+        total = table["time_s"].sum()
+        lines += ["", f"[{stage}] {STAGE_TITLES[stage]}: {total * 1e3:,.3f} ms"]
+        with pd.option_context(*[x for kv in fmt.items() for x in kv]):
+            lines.append(table[COLS].to_string(index=False, na_rep="-"))
+    comm = step_table[step_table["bound"].isin(["comm", "serial"])]
+    lines += ["", f"communication and serial time of plan {plan.label()} per step: "
+              + (", ".join(f"{r.operator} x{r.count} {r.time_ms:.3f} ms" for r in
+                           comm.itertuples()) or "none (one GPU)")]
+    lines.append(f"job: encode {timing.encode_s:.3f} s + {timing.steps} steps x "
+                 f"{timing.step_s * 1e3:.2f} ms + decode {timing.decode_s:.3f} s = "
+                 f"{timing.total_s:.3f} s")
+    scale = scaling_table(cost, shape, int(cfg.hardware.gpus_per_node))
+    lines += ["", "best plan by GPU count (compute: operators on the roofline; comm: "
+              "collectives and sends not hidden; serial: text encoders on one GPU and "
+              "PipeFusion's pipeline fill; compute_extra: compute beyond 1/gpus of one "
+              "GPU's):"]
+    with pd.option_context("display.width", 160, "display.float_format", "{:,.2f}".format):
+        lines.append(scale.to_string(index=False))
+    last = scale.iloc[-1]
+    extra = 100 * last.compute_extra_s / last.total_s
+    lines.append(f"{int(last.gpus)} GPUs: {last.speedup:.2f}x of one GPU, not "
+                 f"{int(last.gpus)}x: {last['comm_%']:.1f}% of the time is communication, "
+                 f"{last['serial_%']:.1f}% serial stages and {extra:.1f}% compute beyond "
+                 f"1/{int(last.gpus)} of one GPU's (smaller, less efficient kernels; work every "
+                 "GPU repeats, such as the modulation GEMMs; the VAE strips' halos)")
+    return "\n".join(lines), step_table
+
+
+def run(cfg, own: dict[str, str]) -> int:
+    """Explain one diffusion job of ``cfg.model`` (module doc); prints, writes the chart."""
+    cost = DiffusionCostModel.from_config(cfg)
+    name = cfg.model.name
+    pipe = cost.pipeline(name)
+    shape = parse_shape(name, JobShape(name, pipe.height, pipe.width, pipe.frames), own)
+    text = own.get("plan", "auto")
+    auto = text == "auto"
+    try:
+        if auto:
+            gpus = (_int("gpus", own["gpus"]) if "gpus" in own
+                    else int(cfg.hardware.gpus_per_node))
+            plan = cost.best(shape, gpus).plan
+        else:
+            plan = parse_plan(text)
+            if "gpus" in own and plan.gpus != _int("gpus", own["gpus"]):
+                raise ConfigError("plan", text, f"its degrees multiply to {plan.gpus}, "
+                                  f"not gpus={own['gpus']}")
+            cost.timing(shape, plan)
+    except ConfigError as e:
+        if e.field.startswith("cluster.parallel"):
+            raise ConfigError("plan", text, f"{e.field}={e.value!r}: {e.expected}") from e
+        raise
+    out, step_table = report(cost, cfg, shape, plan, auto)
+    print(out)
+    chart = own.get("chart", "roofline.png")
+    if chart.lower() not in ("none", "null", "false", ""):
+        write_roofline_chart(step_table, {"bf16": float(cfg.hardware.bf16_flops)},
+                             float(cfg.hardware.hbm_bandwidth), Path(chart),
+                             f"{name} on {cfg.hardware.name}: one denoising step, "
+                             f"plan {plan.label()}")
+        print(f"roofline chart: {chart}")
+    return 0
