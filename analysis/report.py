@@ -103,6 +103,17 @@ def write_tables(records: Records, outdir: Path) -> list[Path]:
     return paths
 
 
+def write_job_tables(records, outdir: Path) -> list[Path]:
+    """``jobs.parquet`` and ``nodes.parquet`` of a diffusion run (``DiffusionRecords``) into
+    ``outdir``; returns their paths."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = [outdir / "jobs.parquet", outdir / "nodes.parquet"]
+    atomic_write(paths[0], lambda p: records.jobs.to_parquet(p, index=False))
+    atomic_write(paths[1], lambda p: records.nodes.to_parquet(p, index=False))
+    return paths
+
+
 def write_summary(summary: dict, outdir: Path, outputs: list[Path]) -> Path:
     """``summary.json`` into ``outdir``, with ``outputs`` (the run's other files, written
     before it) listed by name relative to ``outdir``; ``partial`` is false unless the summary
@@ -196,12 +207,39 @@ def format_summary(s: dict) -> str:
                  (f"[{name}] Mean TPOT (ms)", c["mean_tpot_ms"])]
         if "ttft_slo_attainment" in c:
             rows.append((f"[{name}] TTFT SLO attainment", c["ttft_slo_attainment"]))
-    lines = ["{s:{c}^60}".format(s=" Serving Benchmark Result (simulated) ", c="=")]
+    return _table(" Serving Benchmark Result (simulated) ", rows)
+
+
+def _table(title: str, rows: list[tuple[str, object]]) -> str:
+    """``vllm bench serve``-style table: a centred title rule, label/value lines, a rule."""
+    lines = ["{s:{c}^60}".format(s=title, c="=")]
     for label, v in rows:
         val = f"{v:.2f}" if isinstance(v, float) else str(v)
         lines.append(f"{label:<44}{val:>16}")
     lines.append("=" * 60)
     return "\n".join(lines)
+
+
+def format_job_summary(s: dict) -> str:
+    """The main diffusion metrics as a table like ``format_summary``'s."""
+    rows = [("Completed jobs", s["jobs_completed"]), ("Rejected jobs", s["jobs_rejected"]),
+            ("Failed jobs", s["jobs_failed"])]
+    if s.get("partial"):
+        rows.append(("Unfinished jobs (interrupted)", s.get("jobs_unfinished", 0)))
+    rows += [("Duration (s)", s["jobs_duration_s"]), ("Jobs per hour", s["jobs_per_hour"]),
+             ("Images per hour", s["images_per_hour"]),
+             ("Videos per hour", s["videos_per_hour"]),
+             ("GPU utilization", s["gpu_utilization"])]
+    for name, title in (("job_latency_s", "job latency (s)"), ("job_queue_s", "queue wait (s)"),
+                        ("job_service_s", "service time (s)")):
+        rows += [(f"{p.capitalize()} {title}", s[f"{p}_{name}"])
+                 for p in ("mean", "median", "p90", "p99")]
+    rows += [("Mean steps per second", s["mean_steps_per_s"]),
+             ("Preemptions", s["num_job_preemptions"]), ("Restarts", s["num_job_restarts"])]
+    if s.get("num_node_failures"):
+        rows += [("Node failures", s["num_node_failures"]),
+                 ("Node availability", s["node_availability"])]
+    return _table(" Diffusion Serving Result (simulated) ", rows)
 
 
 if __name__ == "__main__":  # python -m analysis.report DIR: the Markdown report of DIR

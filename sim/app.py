@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
+import pandas as pd
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -30,12 +31,16 @@ from tqdm import tqdm
 
 from analysis.collect import FAILED_JSON, SUMMARY_JSON, write_sweep_summary
 from analysis.config import SLOConfig
+from analysis.diffusion_metrics import summarize_jobs
+from analysis.diffusion_plots import write_diffusion_plots
 from analysis.metrics import summarize
 from analysis.plots import write_plots
 from analysis.report import (
     atomic_write,
+    format_job_summary,
     format_summary,
     run_is_complete,
+    write_job_tables,
     write_summary,
     write_tables,
 )
@@ -50,11 +55,13 @@ from sim.config import (
     ModelConfig,
     SchedulerConfig,
 )
+from sim.config.diffusion_cluster import cluster_kind
+from sim.diffusion.run import simulate_diffusion, simulate_mixed
 from sim.engine import simulate
 from sim.errors import INTERRUPTED_EXIT_CODE, ConfigError
 from sim.kv_cache import kv_blocks
 from sim.memory import GIB
-from sim.validation import validate_config
+from sim.validation import check_job_models, validate_config
 
 log = logging.getLogger("sim")
 
@@ -129,31 +136,84 @@ def log_memory_budgets(cfg) -> None:
                         pool, blocks * b.block_size, max_len)
 
 
+def diffusion_jobs(cfg) -> pd.DataFrame:
+    """The run's diffusion job table (``scenarios.diffusion.build_jobs``): the workload's job
+    stream, with ``model=`` as the default pipeline when it is one; every pipeline it names
+    must be a diffusion model."""
+    from scenarios.diffusion import build_jobs
+
+    default = cfg.model.name if getattr(cfg.model, "kind", "llm") == "diffusion" else ""
+    jobs = build_jobs(cfg.workload, default, cfg.seed)
+    check_job_models(jobs)
+    return jobs
+
+
 def run(cfg: DictConfig, outdir: Path) -> dict:
-    """One simulation end to end; returns the summary that was written to ``outdir``."""
+    """One simulation end to end; returns the summary that was written to ``outdir``.
+    ``cluster.kind`` says what runs: LLM replicas, a diffusion node pool, or both."""
     validate_config(cfg)
     show_progress = _progress_enabled(cfg.progress)
-    log_memory_budgets(cfg)
-    requests = requests_for_seed(cfg.workload, cfg.seed)
+    kind = cluster_kind(cfg.cluster)
+    requests = jobs = records = job_records = None
+    if kind != "diffusion":
+        log_memory_budgets(cfg)
+        requests = requests_for_seed(cfg.workload, cfg.seed)
+    if kind != "llm":
+        jobs = diffusion_jobs(cfg)
     # the folder's outputs are about to be replaced: not complete until this run's summary
     (Path(outdir) / SUMMARY_JSON).unlink(missing_ok=True)
-    with tqdm(total=len(requests), unit="req", disable=not show_progress, mininterval=0.5,
-              desc="simulating") as bar:
-        records = simulate(cfg, requests, progress=bar, keep_itl_samples=cfg.keep_itl_samples)
-    summary = summarize(records, cfg.slo)
-    summary.update({"model": cfg.model.name, "hardware": cfg.hardware.name,
-                    "backend": cfg.backend.name,
-                    "scheduler": cfg.scheduler.name, "workload": cfg.workload.name,
-                    "seed": cfg.seed, "sim_time_s": records.meta["sim_time_s"]})
-    summary.update(run_state(records))
+    total = sum(len(t) for t in (requests, jobs) if t is not None)
+    with tqdm(total=total, unit="req" if jobs is None else "job", disable=not show_progress,
+              mininterval=0.5, desc="simulating") as bar:
+        if kind == "llm":
+            records = simulate(cfg, requests, progress=bar,
+                               keep_itl_samples=cfg.keep_itl_samples)
+        elif kind == "diffusion":
+            job_records = simulate_diffusion(cfg, jobs, progress=bar)
+        else:
+            records, job_records = simulate_mixed(cfg, requests, jobs, progress=bar,
+                                                  keep_itl_samples=cfg.keep_itl_samples)
+    sim_time = (records or job_records).meta["sim_time_s"]
+    info = {"model": cfg.model.name, "hardware": cfg.hardware.name, "backend": cfg.backend.name,
+            "scheduler": cfg.scheduler.name, "workload": cfg.workload.name, "seed": cfg.seed,
+            "sim_time_s": sim_time}
+    if kind != "llm":
+        info["cluster"] = cfg.cluster.name
+    summary, outputs = {}, []
+    if records is not None:
+        summary.update(summarize(records, cfg.slo))
+        summary.update(info)
+        summary.update(run_state(records))
+        outputs += write_tables(records, outdir)
+        if cfg.plots:
+            outputs += write_plots(records, outdir)
+    if job_records is not None:
+        summary.update(summarize_jobs(job_records))
+        if records is None:
+            summary.update(info)
+            summary.update(job_run_state(summary, job_records))
+        outputs += write_job_tables(job_records, outdir)
+        if cfg.plots:
+            outputs += write_diffusion_plots(job_records, outdir)
     summary["config_sha256"] = config_digest(cfg)
-    outputs = write_tables(records, outdir)
-    if cfg.plots:
-        outputs += write_plots(records, outdir)
     write_summary(summary, outdir, outputs)  # last: it marks the outputs complete
-    print(format_summary(summary))
+    if records is not None:
+        print(format_summary(summary))
+    if job_records is not None:
+        print(format_job_summary(summary))
     print(f"outputs: {outdir}")
     return summary
+
+
+def job_run_state(summary: dict, records) -> dict:
+    """A diffusion-only run's ``completed``, ``rejected``, ``failed`` and ``unfinished`` (its
+    jobs), ``partial`` and, if partial, when it stopped: the keys an LLM run reports."""
+    state = {"completed": summary["jobs_completed"], "rejected": summary["jobs_rejected"],
+             "failed": summary["jobs_failed"], "unfinished": summary["jobs_unfinished"],
+             "partial": records.partial}
+    if records.partial:
+        state["interrupted_at_sim_s"] = records.meta["interrupted_at_sim_s"]
+    return state
 
 
 NOT_ENDED = ("pending", "waiting", "running", "transferring")  # statuses of live requests

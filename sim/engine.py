@@ -25,6 +25,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -36,7 +37,7 @@ from sim.records import LogHistogram, Records
 from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable
 
 
-def _next_of_client(client: np.ndarray) -> np.ndarray:
+def next_of_client(client: np.ndarray) -> np.ndarray:
     """For each row, the next row of the same client (−1 if none or open loop)."""
     nxt = np.full(len(client), -1, np.int64)
     closed = np.flatnonzero(client >= 0)
@@ -56,7 +57,7 @@ class _Arrivals:
     def __init__(self, env, table: RequestTable, cluster: Cluster, client: np.ndarray,
                  think: np.ndarray, progress) -> None:
         self.env, self.table, self.cluster = env, table, cluster
-        self.think, self.next_of = think, _next_of_client(client)
+        self.think, self.next_of = think, next_of_client(client)
         self.progress = progress
         self.done = env.event()
         self._ended = 0
@@ -145,9 +146,10 @@ def _ctrl_c_stops(stop: _StopRequest) -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _run(env: simpy.Environment, done: simpy.Event, table: RequestTable) -> bool:
+def run_until(env: simpy.Environment, done: simpy.Event, unfinished) -> bool:
     """Process events until ``done`` has been processed (as ``env.run(until=done)``) or
-    Ctrl-C stops the loop; whether it was stopped."""
+    Ctrl-C stops the loop; whether it was stopped. ``unfinished()`` names what had not ended
+    (for the error when no event is left before ``done``)."""
     stop = _StopRequest()
     step = env.step
     with _ctrl_c_stops(stop):
@@ -158,11 +160,31 @@ def _run(env: simpy.Environment, done: simpy.Event, table: RequestTable) -> bool
                 step()
         except KeyboardInterrupt:  # from a callback, or a second Ctrl-C
             return True
-        except EmptySchedule:  # no event left while a request has not ended
-            stuck = np.flatnonzero(np.isnan(table.completion))
-            raise RuntimeError(f"simulation stalled with {len(stuck)} requests unfinished "
+        except EmptySchedule:  # no event left while a request or job has not ended
+            stuck = unfinished()
+            raise RuntimeError(f"simulation stalled with {len(stuck)} unfinished "
                                f"(first: {stuck[:5].tolist()})") from None
     return False
+
+
+def unfinished_rows(completion: np.ndarray):
+    """``run_until``'s ``unfinished`` for a table whose rows end with a completion time."""
+    return lambda: np.flatnonzero(np.isnan(completion))
+
+
+@dataclass
+class LLMRun:
+    """The LLM side of a simulation, built in an environment (``build_llm``) and turned into
+    ``Records`` once the event loop has run (``llm_records``)."""
+
+    env: simpy.Environment
+    requests: pd.DataFrame
+    table: RequestTable
+    client: np.ndarray
+    cluster: Cluster
+    arrivals: _Arrivals
+    itl: LogHistogram
+    ttft_slo: np.ndarray | None
 
 
 def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool = False) -> Records:
@@ -174,6 +196,15 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
     ``progress``) ends the run early: the records of what was simulated up to then, marked
     ``meta["partial"]`` with ``meta["interrupted_at_sim_s"]``.
     """
+    run = build_llm(simpy.Environment(), cfg, requests, progress, keep_itl_samples)
+    interrupted = run_until(run.env, run.arrivals.done, unfinished_rows(run.table.completion))
+    return llm_records(run, interrupted)
+
+
+def build_llm(env: simpy.Environment, cfg, requests: pd.DataFrame, progress=None,
+              keep_itl_samples: bool = False) -> LLMRun:
+    """The replicas of ``cfg.cluster`` and the release of ``requests`` to them, as processes
+    of ``env`` (``simulate`` runs them alone; ``cluster=mixed`` next to a diffusion pool)."""
     ttft_slo = requests["ttft_slo_ms"].to_numpy() * 1e-3 if "ttft_slo_ms" in requests else None
     table = RequestTable(requests["arrival_time_s"].to_numpy(),
                          requests["input_tokens"].to_numpy(),
@@ -184,22 +215,26 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
     client = requests["client"].to_numpy(np.int64)
     think = requests["think_time_s"].to_numpy(np.float64)
     hash_ids = requests["hash_ids"].to_numpy() if "hash_ids" in requests else None
-    env = simpy.Environment()
     itl = LogHistogram(keep_samples=keep_itl_samples)
     cluster = Cluster(env, cfg, table, itl, seed=getattr(cfg, "seed", 0), hash_ids=hash_ids,
                       fast_forward=bool(getattr(cfg, "fast_forward", True)),
                       check_invariants=bool(getattr(cfg, "check_invariants", False)),
                       timeline=bool(getattr(cfg, "timeline", True)))
     arrivals = _Arrivals(env, table, cluster, client, think, progress)
-    interrupted = _run(env, arrivals.done, table)
+    return LLMRun(env, requests, table, client, cluster, arrivals, itl, ttft_slo)
+
+
+def llm_records(run: LLMRun, interrupted: bool) -> Records:
+    """The records of an LLM run whose event loop has ended (``interrupted``: by Ctrl-C)."""
+    cluster, requests, env = run.cluster, run.requests, run.env
     if not interrupted:  # an interrupt may leave a process ended by the KeyboardInterrupt
         cluster.raise_failed_process()
     if cluster.checker is not None:
         cluster.checker.check_all(-1, "at the end of the run")
-    frame = _request_frame(cluster, client)
+    frame = _request_frame(cluster, run.client)
     if "request_class" in requests:
         frame.insert(2, "request_class", requests["request_class"].to_numpy())
-    if ttft_slo is not None:
+    if run.ttft_slo is not None:
         frame["ttft_slo_ms"] = requests["ttft_slo_ms"].to_numpy(np.float64)
     meta = cluster.meta(float(env.now))
     meta.update(sim_time_s=float(env.now),
@@ -209,7 +244,7 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
         meta["interrupted_at_sim_s"] = float(env.now)
     if not cluster.keep_timeline:
         meta["step_totals"] = cluster.step_totals()
-    return Records(frame, cluster.timeline(), itl, meta)
+    return Records(frame, cluster.timeline(), run.itl, meta)
 
 
 def _request_frame(cluster: Cluster, client: np.ndarray) -> pd.DataFrame:

@@ -264,3 +264,73 @@ class InvariantChecker:
                 if len(bad):
                     self._raise("queue_status", gid, bad, "parked or on the KV link with "
                                 f"status codes {table.status[bad].tolist()}{self._when}")
+
+
+class PoolChecker:
+    """Invariants of a diffusion node pool (``sim.diffusion.pool.NodePool``), checked after
+    every event of the pool when ``check_invariants`` is on:
+
+    - ``gang``: on every node, 0 <= free GPUs <= GPUs per node, the gangs running there hold
+      exactly the GPUs that are not free, each gang fits one node, a node that is down runs
+      nothing and offers no GPU;
+    - ``conservation``: every job that arrived is in exactly one place (an open batch, the
+      queue or a running gang) or has ended (completed, rejected, failed), with the status
+      of that place; a job that has not arrived is nowhere;
+    - ``timestamps``: arrival <= start <= first step <= completion where set, none in the
+      future; steps done <= steps.
+    """
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+        self.checks = 0
+
+    def _raise(self, invariant: str, ids, detail: str, when: str) -> None:
+        raise InvariantError(invariant, -1, self.pool.env.now, np.asarray(ids).ravel(),
+                             f"{detail} ({when})")
+
+    def check(self, when: str = "") -> None:
+        """Every invariant of the pool now; ``when`` says what just happened."""
+        from sim.diffusion.records import JOB_ENDED, PENDING, QUEUED, RUNNING
+
+        p, t = self.pool, self.pool.table
+        self.checks += 1
+        for n in range(p.n):
+            held = sum(u.gpus for u in p.running[n])
+            ids = [i for u in p.running[n] for i in u.ids]
+            if not 0 <= p.free[n] <= p.G or (p.up[n] and held != p.G - p.free[n]) \
+                    or any(u.gpus > p.G or u.node != n for u in p.running[n]):
+                self._raise("gang", ids, f"node {n}: {p.free[n]} GPUs free of {p.G}, gangs "
+                            f"holding {held}", when)
+            if not p.up[n] and (p.running[n] or p.free[n]):
+                self._raise("gang", ids, f"node {n} is down but runs gangs or offers GPUs",
+                            when)
+        count = np.zeros(t.size, np.int64)
+        places = ((list(p.forming.values()), QUEUED), (p.queue.units(), QUEUED),
+                  ([u for r in p.running for u in r], RUNNING))
+        for units, status in places:
+            ids = np.array([i for u in units for i in u.ids], np.int64)
+            np.add.at(count, ids, 1)
+            bad = ids[t.status[ids] != status]
+            if len(bad):
+                self._raise("conservation", bad, f"status codes {t.status[bad].tolist()} "
+                            f"where {status} belongs", when)
+        ended = np.isin(t.status, JOB_ENDED)
+        count[ended] += 1
+        arrived = t.status != PENDING
+        for bad, what in ((count > 1, "in more than one place"),
+                          (arrived & (count == 0), "arrived but nowhere (lost)"),
+                          (~arrived & (count > 0), "somewhere before its arrival")):
+            if bad.any():
+                self._raise("conservation", np.flatnonzero(bad), f"jobs {what}", when)
+        chain = (t.arrival, t.start, t.first_step, t.completion)
+        now = p.env.now + 1e-9 * max(1.0, p.env.now)
+        for i, x in enumerate(chain):
+            for y in chain[i + 1:]:
+                if (x > y + 1e-9).any():
+                    self._raise("timestamps", np.flatnonzero(x > y + 1e-9), "out of order",
+                                when)
+            if i and (x > now).any():
+                self._raise("timestamps", np.flatnonzero(x > now), "in the future", when)
+        if (t.steps_done > t.steps).any():
+            self._raise("timestamps", np.flatnonzero(t.steps_done > t.steps),
+                        "more steps done than the job has", when)

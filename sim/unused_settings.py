@@ -13,7 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 from scenarios.config import WorkloadConfig
-from sim.config import ClusterConfig, SchedulerConfig
+from sim.config import ClusterConfig, LinkDegradationConfig, SchedulerConfig, StragglerConfig
+from sim.config.diffusion_cluster import (
+    DiffusionBatchingConfig,
+    DiffusionJobCostConfig,
+    DiffusionParallelConfig,
+    cluster_kind,
+)
 from sim.schedulers import SCHEDULERS
 
 # workload fields read only under some arrival processes
@@ -35,6 +41,16 @@ WORKLOAD_ARRIVALS = {
 DISAGG_ONLY = ("prefill_replicas", "decode_replicas", "prefill_tensor_parallel_size",
                "decode_tensor_parallel_size", "kv_transfer_bandwidth", "kv_transfer_latency_us")
 AGGREGATED_ONLY = ("replicas",)
+# cluster fields only LLM replicas read (not cluster=diffusion), and only the node pool reads
+LLM_ONLY = ("tensor_parallel_size", "pipeline_parallel_size", "expert_parallel_size",
+            "data_parallel_size", "router", "router_load_cap", "prefix_block_tokens",
+            "prefix_index_blocks", "disaggregated")
+LLM_FAULTS = (("straggler", StragglerConfig), ("link_degradation", LinkDegradationConfig))
+POOL_ONLY = ("nodes", "policy", "preemption", "gpus_per_job", "elastic", "checkpointing")
+POOL_BLOCKS = (("parallel", DiffusionParallelConfig), ("batching", DiffusionBatchingConfig),
+               ("job_cost", DiffusionJobCostConfig))
+CONSTANT_JOB_COST = ("encode_ms", "step_ms", "decode_ms", "default_steps",
+                     "parallel_efficiency")
 
 
 def _defaults(schema) -> dict:
@@ -64,9 +80,53 @@ def unused_settings(cfg) -> list[str]:
             out.append(f"workload.{name}={getattr(w, name)} is ignored: "
                        f"workload.arrival={w.arrival} does not read it (only "
                        f"{', '.join(arrivals)} arrivals do)")
+    return out + _cluster_unused(cfg)
+
+
+def _block_changed(group, schema, prefix: str) -> list[str]:
+    """``prefix.field=value`` for each field of a nested block that is not its default."""
+    return [f"{prefix}.{n}={getattr(group, n)}" for n in _changed(group, schema,
+                                                                   list(_defaults(schema)))]
+
+
+def _cluster_unused(cfg) -> list[str]:
+    """Cluster fields that the cluster's kind (LLM replicas, diffusion nodes, both), its
+    disaggregation, policy, batching or job cost model do not read."""
+    out = []
     c = cfg.cluster
-    unread = AGGREGATED_ONLY if c.disaggregated else DISAGG_ONLY
-    for name in _changed(c, ClusterConfig, unread):
-        mode = "disaggregated (cluster=disagg)" if c.disaggregated else "not disaggregated"
-        out.append(f"cluster.{name}={getattr(c, name)} is ignored: the cluster is {mode}")
+    kind = cluster_kind(c)
+    if kind != "diffusion":
+        unread = AGGREGATED_ONLY if c.disaggregated else DISAGG_ONLY
+        for name in _changed(c, ClusterConfig, unread):
+            mode = "disaggregated (cluster=disagg)" if c.disaggregated else "not disaggregated"
+            out.append(f"cluster.{name}={getattr(c, name)} is ignored: the cluster is {mode}")
+    if kind == "llm":
+        pool = [f"cluster.{n}={getattr(c, n)}" for n in _changed(c, ClusterConfig, POOL_ONLY)]
+        for block, schema in POOL_BLOCKS:
+            pool += _block_changed(getattr(c, block), schema, f"cluster.{block}")
+        return out + [f"{p} is ignored: the cluster has no diffusion nodes (cluster=diffusion "
+                      "or cluster=mixed reads it)" for p in pool]
+    if kind == "diffusion":
+        llm = [f"cluster.{n}={getattr(c, n)}" for n in
+               _changed(c, ClusterConfig, [*LLM_ONLY, *DISAGG_ONLY, *AGGREGATED_ONLY])]
+        for block, schema in LLM_FAULTS:
+            llm += _block_changed(getattr(c, block), schema, f"cluster.{block}")
+        out += [f"{p} is ignored: cluster=diffusion has no LLM replicas" for p in llm]
+        if cfg.cost_model.name == "constant":
+            out.append("cost_model=constant is ignored: cluster=diffusion prices jobs with "
+                       "cluster.job_cost (cluster.job_cost.name=constant for fixed times)")
+    if c.policy != "priority" and c.preemption is not True:
+        out.append(f"cluster.preemption={c.preemption} is ignored: cluster.policy={c.policy} "
+                   "never preempts (only priority does)")
+    if c.batching.max_images == 1 and c.batching.max_wait_s != 0:
+        out.append(f"cluster.batching.max_wait_s={c.batching.max_wait_s} is ignored: "
+                   "cluster.batching.max_images=1 (no batching)")
+    if c.elastic and _changed(c, ClusterConfig, ["gpus_per_job"]):
+        out.append(f"cluster.gpus_per_job={c.gpus_per_job} is ignored: cluster.elastic=true "
+                   "chooses each job's gang")
+    if c.job_cost.name != "constant":
+        for p in _block_changed(c.job_cost, DiffusionJobCostConfig, "cluster.job_cost"):
+            if p.split("=")[0].rsplit(".", 1)[1] in CONSTANT_JOB_COST:
+                out.append(f"{p} is ignored: cluster.job_cost.name={c.job_cost.name} (only "
+                           "the constant job cost reads it)")
     return out

@@ -9,15 +9,21 @@ groups and have no better home live here. In order:
 
 1. every number of the simulator's groups is finite (no NaN or infinity reaches a formula);
 2. the run's own fields (``seed``, ``progress``);
-3. each config group's ranges and choices (``sim.builders.check_config``), and the scale of
+3. the diffusion node pool's fields (``cluster.nodes``, policy, gang size, plan, batching,
+   job cost), then that the workload's kind is the cluster's and the model's kind fits
+   (``check_kinds``); a ``cluster=diffusion`` run skips the LLM replica checks below;
+4. each config group's ranges and choices (``sim.builders.check_config``), and the scale of
    the cluster (replica counts, times);
-4. cross-field checks: each pool's parallel layout, that the model fits the GPUs at that
+5. cross-field checks: each pool's parallel layout, that the model fits the GPUs at that
    parallelism with room for at least one KV block, the KV capacity override, the
    calibration files and dtypes the cost model needs, the prefix hash granularity;
-5. the workload's ranges, then the files it names (trace, empirical lengths);
-6. the SLO's bounds;
-7. not a check but a warning: fields set that the chosen options do not read
+6. the workload's ranges, then the files it names (trace, empirical lengths);
+7. the SLO's bounds;
+8. not a check but a warning: fields set that the chosen options do not read
    (``sim.unused_settings``).
+
+Once a diffusion job table is built, ``check_job_models`` checks the pipelines it names and
+the node pool checks each job shape against its pipeline (and the fixed plan) before the run.
 
 The first failure raises ``ConfigError`` (or ``WorkloadError``) naming the field, the value
 and what would be valid; ``docs/validation.md`` lists every check. A model ``config.json``
@@ -36,6 +42,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.config import check_slo
 from scenarios import check_workload
+from scenarios.diffusion import check_job_files
 from scenarios.traces import MAX_TIME_S
 from scenarios.workload import check_workload_files
 from sim.builders import (
@@ -47,7 +54,8 @@ from sim.builders import (
     pool_tp_field,
     replica_memory_budget,
 )
-from sim.config import check_parallelism
+from sim.config import check_cluster, check_hardware, check_parallelism
+from sim.config.diffusion_cluster import check_diffusion_cluster, cluster_kind
 from sim.errors import ConfigError
 from sim.kv_cache import build_kv_cache
 from sim.unused_settings import unused_settings
@@ -65,15 +73,65 @@ def validate_config(cfg: Any) -> None:
     raise the first failure as one ``ConfigError``/``WorkloadError``."""
     check_finite(cfg)
     check_run_fields(cfg)
-    check_config(cfg)
-    check_cluster_scale(cfg)
-    check_pools(cfg)
-    check_prefix_hashes(cfg)
+    kind = cluster_kind(cfg.cluster)
+    if kind != "llm":
+        check_hardware(cfg.hardware, cfg.model)  # gpus_per_node sizes the nodes
+    check_diffusion_cluster(cfg.cluster, cfg.hardware.gpus_per_node)
+    check_kinds(cfg)
+    if kind == "diffusion":  # no LLM replica: the node pool only
+        check_cluster(cfg.cluster)
+        check_cluster_scale(cfg)
+    else:
+        check_config(cfg)
+        check_cluster_scale(cfg)
+        check_pools(cfg)
+        check_prefix_hashes(cfg)
     check_workload(cfg.workload)
-    check_workload_files(cfg.workload)
+    if kind != "diffusion":
+        check_workload_files(cfg.workload)
+    if kind != "llm":
+        check_job_files(cfg.workload)
     check_slo(cfg.slo)
     for line in unused_settings(cfg):  # valid, but set without effect: say so
         log.warning(line)
+
+
+CLUSTER_FOR = {"llm": "cluster=single or cluster=disagg", "diffusion": "cluster=diffusion",
+               "mixed": "cluster=mixed"}
+
+
+def check_kinds(cfg: Any) -> None:
+    """The workload's kind is the cluster's (LLM requests on replicas, diffusion jobs on
+    nodes, both on ``cluster=mixed``); the model serving LLM requests is an LLM, and the
+    pipeline of diffusion jobs that name none (``workload.model: ''``) is ``model=``, so a
+    diffusion model there."""
+    ck = cluster_kind(cfg.cluster)
+    wk = getattr(cfg.workload, "kind", "llm")
+    if wk != ck and wk in CLUSTER_FOR:
+        raise ConfigError("workload.kind", wk, f"the cluster's kind: cluster={cfg.cluster.name}"
+                          f" serves {ck} work; use {CLUSTER_FOR[wk]} for a {wk} workload")
+    mk = getattr(cfg.model, "kind", "llm")
+    if ck != "diffusion" and mk != "llm":
+        raise ConfigError("model", cfg.model.name, f"an LLM (kind: llm) to serve the LLM "
+                          f"requests of cluster={cfg.cluster.name} (diffusion pipelines run on "
+                          "cluster=diffusion, or as workload.model under cluster=mixed)")
+    named = bool(getattr(cfg.workload, "model", "")) or (
+        len(getattr(cfg.workload, "mix", [])) > 0 and all(e.model for e in cfg.workload.mix))
+    if ck == "diffusion" and mk != "diffusion" and not named:
+        raise ConfigError("model", cfg.model.name, "a diffusion pipeline (kind: diffusion) for "
+                          "the jobs of cluster=diffusion, e.g. model=flux1_dev (or name one in "
+                          "workload.model)")
+
+
+def check_job_models(jobs) -> None:
+    """Every pipeline a job table names is a diffusion model of ``conf/model/``."""
+    from sim.diffusion.pipeline import load_pipeline
+
+    for name in jobs["model"].unique():
+        try:
+            load_pipeline(str(name))
+        except ConfigError as e:
+            raise ConfigError("workload.model", name, e.expected) from None
 
 
 def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -121,7 +179,7 @@ def check_cluster_scale(cfg: Any) -> None:
     and scheduler), and cluster times (``*_s``: failures, repairs, episodes) the float clock
     resolves."""
     c = cfg.cluster
-    for name in ("replicas", "prefill_replicas", "decode_replicas"):
+    for name in ("replicas", "prefill_replicas", "decode_replicas", "nodes"):
         if getattr(c, name) > MAX_REPLICAS:
             raise ConfigError(f"cluster.{name}", getattr(c, name), f"must be <= {MAX_REPLICAS}")
     for path, value in _leaves(_container(c), "cluster"):

@@ -6,6 +6,11 @@ import math
 from dataclasses import dataclass, field
 
 from sim.config.common import positive
+from sim.config.diffusion_cluster import (
+    DiffusionBatchingConfig,
+    DiffusionJobCostConfig,
+    DiffusionParallelConfig,
+)
 from sim.errors import ConfigError
 from sim.routers import ROUTERS
 
@@ -51,6 +56,9 @@ class ClusterConfig:
 
     The parallelism fields describe one replica (one serving engine); ``replicas`` identical
     copies sit behind ``router``. ``cluster=disagg`` splits prefill and decode into two pools.
+    ``kind: diffusion`` serves diffusion jobs on ``nodes`` nodes instead (``cluster=diffusion``)
+    and ``kind: mixed`` runs both side by side (``cluster=mixed``): the fields from ``kind``
+    on, checked by ``sim.config.diffusion_cluster.check_diffusion_cluster``.
     """
 
     name: str = "single"
@@ -80,6 +88,19 @@ class ClusterConfig:
     decode_tensor_parallel_size: int | None = None
     kv_transfer_bandwidth: float | None = None  # bytes/s per GPU; None: hardware.nvlink_bandwidth
     kv_transfer_latency_us: float = 10.0
+    # ---- diffusion node pool (cluster=diffusion, cluster=mixed; sim.config.diffusion_cluster)
+    kind: str = "llm"  # llm (replicas) | diffusion (nodes) | mixed (both)
+    nodes: int = 1  # nodes of hardware.gpus_per_node GPUs each
+    policy: str = "fcfs"  # fcfs | sjf (shortest predicted job first) | priority
+    preemption: bool = True  # priority: pause lower-priority jobs at a step boundary
+    gpus_per_job: int = 8  # each job's gang (GPUs of one node), unless elastic
+    # choose each job's gang from the queue: free GPUs shared evenly among queued jobs
+    elastic: bool = False
+    parallel: DiffusionParallelConfig = field(default_factory=DiffusionParallelConfig)
+    batching: DiffusionBatchingConfig = field(default_factory=DiffusionBatchingConfig)
+    # a job on a failed node resumes from its last completed step (else from the start)
+    checkpointing: bool = False
+    job_cost: DiffusionJobCostConfig = field(default_factory=DiffusionJobCostConfig)
 
 
 def check_cluster(c: ClusterConfig) -> None:

@@ -64,6 +64,7 @@ FILES = {
 SMALL = ("workload.num_requests=20", "plots=false")
 TRACE = ("workload=trace",)
 DISAGG = ("cluster=disagg", "cluster.prefill_replicas=1", "cluster.decode_replicas=1")
+DIFFUSION = ("workload=diffusion", "cluster=diffusion")
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,29 @@ CASES: dict[str, Case] = {
     "cluster_time_limit": C("cluster.failure.mtbf_s=1e12", expect=("cluster.failure.mtbf_s",)),
     "prefix_hash_mismatch": C("workload.system_prompt.count=2", "cluster.prefix_block_tokens=16",
                               expect=("workload.hash_block_tokens=512",)),
+    # ---- diffusion node pool (cluster=diffusion, mixed)
+    "workload_cluster_kind": C("workload=diffusion", "model=flux1_dev",
+                               expect=("workload.kind='diffusion'", "cluster=diffusion"),
+                               via="cli"),
+    "llm_workload_diffusion_cluster": C("cluster=diffusion", expect=("workload.kind='llm'",)),
+    "llm_model_kind": C("model=flux1_dev", expect=("model='flux1_dev'", "cluster=single")),
+    "diffusion_model_kind": C(*DIFFUSION, expect=("model='llama3_8b'",)),
+    "job_model_not_diffusion": C(*DIFFUSION, "model=flux1_dev", "workload.model=llama3_8b",
+                                 expect=("workload.model='llama3_8b'",), via="cli"),
+    "job_shape_invalid": C(*DIFFUSION, "model=flux1_dev", "workload.height=1000",
+                           expect=("workload.height=1000", "flux1_dev"), via="cli"),
+    "nodes_positive": C("cluster=diffusion", "cluster.nodes=0", expect=("cluster.nodes=0",)),
+    "diffusion_policy_unknown": C("cluster=diffusion", "cluster.policy=lifo",
+                                  expect=("cluster.policy='lifo'",)),
+    "gpus_per_job_over_node": C("cluster=diffusion", "cluster.gpus_per_job=16",
+                                expect=("cluster.gpus_per_job=16", "=8")),
+    "diffusion_plan_product": C("cluster=diffusion", "cluster.parallel.ulysses=4",
+                                expect=("cluster.parallel='ulysses=4'", "=8",
+                                        "multiply to 4")),
+    "elastic_with_fixed_plan": C("cluster=diffusion", "cluster.elastic=true",
+                                 "cluster.parallel.ulysses=8", expect=("cluster.elastic=True",)),
+    "batching_wait_negative": C("cluster=diffusion", "cluster.batching.max_wait_s=-1",
+                                expect=("cluster.batching.max_wait_s=-1",)),
     # ---- backend and cost model
     "backend_unknown": C("backend.name=tgi", expect=("backend.name", "tgi"), via="cli"),
     "constant_step_time_zero": C("cost_model=constant", "cost_model.step_time_ms=0",
@@ -366,5 +390,8 @@ def test_the_default_config_and_every_shipped_workload_pass(case_dir, monkeypatc
                       ["workload=system_prompt"], ["workload=two_classes"],
                       [*TRACE, "workload.trace_path=ok.csv"], ["experiment=vidur_synthetic"],
                       [*DISAGG], ["model=qwen3_30b_a3b", "cluster.tensor_parallel_size=2",
-                                  "cluster.expert_parallel_size=2"]):
+                                  "cluster.expert_parallel_size=2"],
+                      [*DIFFUSION, "model=flux1_dev"], ["workload=mixed", "cluster=mixed"],
+                      [*DIFFUSION, "model=flux1_dev", "cluster.elastic=true",
+                       "cluster.policy=priority", "cluster.batching.max_images=4"]):
             validate_config(compose("config", overrides=[*SMALL, *extra]))
