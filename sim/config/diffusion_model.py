@@ -125,7 +125,11 @@ def _non_negative_ints(prefix: str, obj) -> None:
 
 
 def check_diffusion_pipeline(p: DiffusionPipelineConfig, prefix: str = "model.diffusion") -> None:
-    """Range and cross-field checks of a pipeline, each naming its field."""
+    """Range and cross-field checks of a pipeline, each naming its field: every count, width
+    and factor the cost divides by or shapes a tensor with is positive, the VAE's levels
+    match its compression, the guidance mode is known, and the default output size is one
+    the VAE and the patching can make. (No text encoder at all is valid: the encode stage
+    then takes no time.)"""
     for i, e in enumerate(p.text_encoders):
         pre = f"{prefix}.text_encoders[{i}]"
         _non_negative_ints(pre, e)
@@ -167,3 +171,20 @@ def check_diffusion_pipeline(p: DiffusionPipelineConfig, prefix: str = "model.di
         raise ConfigError(f"{prefix}.guidance", p.guidance, f"one of {list(GUIDANCE)}")
     for f in ("height", "width", "frames", "steps"):
         positive(f"{prefix}.{f}", getattr(p, f))
+    _check_default_size(p, prefix)
+
+
+def _check_default_size(p: DiffusionPipelineConfig, prefix: str) -> None:
+    """The default job's size must be one the pipeline can make (``sim.diffusion.pipeline``'s
+    ``check_shape`` for a job's own size)."""
+    side = p.vae.spatial_compression * p.dit.patch_size
+    for f in ("height", "width"):
+        if getattr(p, f) % side:
+            raise ConfigError(f"{prefix}.{f}", getattr(p, f),
+                              f"a multiple of {side} (VAE factor {p.vae.spatial_compression} "
+                              f"× patch size {p.dit.patch_size})")
+    t = p.vae.temporal_compression
+    if (p.frames - 1) % t:
+        raise ConfigError(f"{prefix}.frames", p.frames,
+                          f"1 + a multiple of {t} (the VAE compresses time {t}x after the "
+                          "first frame)")

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.config.diffusion_model import DiffusionPipelineConfig
+from sim.config.diffusion_model import DiffusionPipelineConfig, check_diffusion_pipeline
 from sim.cost.base import OperatorCost
 from sim.cost.pricing import Pricer
 from sim.diffusion.dit import dit_step_ops
 from sim.diffusion.encoders import encode_ops
 from sim.diffusion.job import JobShape, JobTiming, ParallelPlan
 from sim.diffusion.pipeline import Job, load_pipeline, resolve
-from sim.diffusion.plans import check_plan, dit_split, plan_comm_ops, valid_plans
+from sim.diffusion.plans import (
+    TIE_REL,
+    check_plan,
+    dit_split,
+    plan_comm_ops,
+    simpler_first,
+    valid_plans,
+)
 from sim.diffusion.vae import decode_ops, output_bytes, split_factor
 from sim.errors import ConfigError
 
@@ -60,7 +67,12 @@ class DiffusionCostModel:
         else:
             eff, _ = load_calibration(name, cfg.backend.name, "cost_model.calibration")
         m = cfg.model
-        own = {m.name: m.diffusion} if getattr(m, "diffusion", None) is not None else {}
+        own = {}
+        if getattr(m, "diffusion", None) is not None:
+            # the run's own pipeline may carry model.diffusion.* overrides: check them here,
+            # as load_pipeline checks the pipelines it reads
+            check_diffusion_pipeline(m.diffusion)
+            own = {m.name: m.diffusion}
         return cls(Pricer(cfg.hardware, eff), own)
 
     def pipeline(self, name: str) -> DiffusionPipelineConfig:
@@ -93,8 +105,7 @@ class DiffusionCostModel:
     def _step(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:
         split = dit_split(plan, job, self.link_bw)
         ops = dit_step_ops(self.pricer, job.pipe.dit, job.image_tokens, split)
-        compute = [op for op in ops if op.bound != "comm"]
-        return ops + plan_comm_ops(self.pricer, plan, job, split, compute)
+        return ops + plan_comm_ops(self.pricer, plan, job, split, ops)
 
     def _decode(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:
         v = job.pipe.vae
@@ -125,8 +136,8 @@ class DiffusionCostModel:
         return hit
 
     def best(self, shape: JobShape, gpus: int) -> JobTiming:
-        """The fastest valid plan on exactly ``gpus`` GPUs and its timing (ties: the first
-        in ``enumerate_plans`` order)."""
+        """The fastest valid plan on exactly ``gpus`` GPUs and its timing; a tie goes to the
+        plan with fewer and cheaper degrees (``sim.diffusion.plans.simpler_first``)."""
         key = (shape, gpus)
         hit = self._best.get(key)
         if hit is None:
@@ -135,7 +146,10 @@ class DiffusionCostModel:
             if not plans:
                 raise ConfigError("gpus", gpus, f"no parallel plan of {job.name} fits {gpus} "
                                   "GPUs")
-            hit = min((self.timing(shape, p) for p in plans), key=lambda t: t.total_s)
+            timings = [self.timing(shape, p) for p in plans]
+            fastest = min(t.total_s for t in timings)
+            tied = [t for t in timings if t.total_s <= fastest * (1 + TIE_REL)]
+            hit = min(tied, key=lambda t: simpler_first(t.plan))
             self._best[key] = hit
         return hit
 

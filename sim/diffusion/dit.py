@@ -25,7 +25,8 @@ Chunking: an operator over many tokens is priced at the fastest of running it wh
 calibrated efficiencies vary by a few percent with shape, so a piece of the sequence can
 price a little faster per token than the whole; a GPU could run those pieces in turn just as a
 sequence-parallel group runs them side by side, and without this a split over GPUs would show
-a super-linear speed-up that no GPU has.
+a super-linear speed-up that no GPU has. The operator reports its own FLOPs and bytes (the
+whole operator's work) with the fastest split's time and bound.
 """
 
 from __future__ import annotations
@@ -62,17 +63,21 @@ class DitSplit:
 
 
 def chunked(price: Callable[[int], OperatorCost], rows: int) -> OperatorCost:
-    """The fastest of running an operator of ``rows`` rows (GEMM ``m``, attention queries)
-    whole or as ``CHUNKS`` equal pieces in turn (module doc): its work counted as run."""
-    best = price(rows)
+    """An operator of ``rows`` rows (GEMM ``m``, attention queries) priced at the fastest of
+    running it whole or as ``CHUNKS`` equal pieces in turn (module doc).
+
+    Its FLOPs and bytes are the whole operator's: the split is how its time is priced, not
+    more work (pieces rounded up to whole rows would count rows that do not exist). Its time
+    and bound are the fastest split's."""
+    whole = price(rows)
+    time_s, bound = whole.time_s, whole.bound
     for k in CHUNKS:
         if rows < k * MIN_CHUNK_ROWS:
             break
         piece = price(math.ceil(rows / k))
-        if k * piece.time_s < best.time_s:
-            best = piece.scaled(k)
-    return OperatorCost(best.name, 1, best.flops, best.bytes, best.time_s, best.bound,
-                        best.dtype)
+        if k * piece.time_s < time_s:
+            time_s, bound = k * piece.time_s, piece.bound
+    return OperatorCost(whole.name, 1, whole.flops, whole.bytes, time_s, bound, whole.dtype)
 
 
 def _tok(n: int, ways: int) -> int:

@@ -10,15 +10,17 @@ Arguments (``key=value``; every other one is a ``python -m sim`` override):
 - ``plan=auto`` (default: the fastest valid plan on ``gpus``), ``single``, or degrees joined
   by ``x``: ``ulysses4xcfg2``, ``ring2xpipefusion4``, … (of ulysses, ring, cfg, pipefusion,
   data, tensor);
-- ``gpus=N`` (with ``plan=auto``; default ``hardware.gpus_per_node``);
+- ``gpus=N`` (with ``plan=auto``; default and most ``hardware.gpus_per_node``: a job runs on
+  one node's GPUs);
 - ``chart=PATH|none``: the roofline PNG of the denoising step (default ``roofline.png``).
 
 It prints, per stage (text encoding once per job, one denoising step, the VAE decode once per
 job), every operator with its count, FLOPs, bytes, arithmetic intensity, the balance point of
 its dtype, the roof that binds it and its time and share; then the plan's communication per
 step, the job's total, and the best plan's time on 1, 2, 4, … GPUs split into compute,
-communication and serial time (the text encoders run on one GPU; the pipeline fill of
-PipeFusion) — what keeps the speed-up below the GPU count.
+communication and serial time (the text encoders run on one GPU; PipeFusion's warm-up
+step and pipeline fill/drain) — what keeps the speed-up below the GPU count; and, for the
+plan shown, its speed-up over one GPU and where the rest goes.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from analysis.roofline_chart import write_roofline_chart
 from sim.cost.base import OperatorCost
 from sim.diffusion.cost import STAGES, DiffusionCostModel
 from sim.diffusion.job import GUIDANCE_MODES, JobShape, JobTiming, ParallelPlan
-from sim.diffusion.pipeline import Job
+from sim.diffusion.pipeline import Job, with_defaults
 from sim.diffusion.plans import parse_plan
 from sim.errors import ConfigError
 
@@ -91,7 +93,8 @@ def ops_table(ops: list[OperatorCost], hw) -> pd.DataFrame:
 
 def split_time(cost: DiffusionCostModel, shape: JobShape, timing: JobTiming) -> dict:
     """A job's time on its plan as compute (operators on the roofline), communication and
-    serial time (text encoding on one GPU, PipeFusion's fill and drain), in seconds."""
+    serial time (text encoding on one GPU, PipeFusion's warm-up and fill/drain), in
+    seconds."""
     plan, steps = timing.plan, timing.steps
     parts = {"compute": 0.0, "comm": 0.0, "serial": timing.encode_s}
     for stage, times in (("step", steps), ("decode", 1)):
@@ -156,25 +159,49 @@ def report(cost: DiffusionCostModel, cfg, shape: JobShape, plan: ParallelPlan,
     comm = step_table[step_table["bound"].isin(["comm", "serial"])]
     lines += ["", f"communication and serial time of plan {plan.label()} per step: "
               + (", ".join(f"{r.operator} x{r.count} {r.time_ms:.3f} ms" for r in
-                           comm.itertuples()) or "none (one GPU)")]
+                           comm.itertuples()) or _no_comm(plan))]
+    if plan.pipefusion > 1:
+        lines.append("(pipefusion_warmup: the synchronous first step, in which the stages run "
+                     "in turn; pipefusion_fill_drain: the patch pipeline's fill and drain; "
+                     f"each once per job, shown spread over the {timing.steps} steps)")
     lines.append(f"job: encode {timing.encode_s:.3f} s + {timing.steps} steps x "
                  f"{timing.step_s * 1e3:.2f} ms + decode {timing.decode_s:.3f} s = "
                  f"{timing.total_s:.3f} s")
     scale = scaling_table(cost, shape, int(cfg.hardware.gpus_per_node))
     lines += ["", "best plan by GPU count (compute: operators on the roofline; comm: "
               "collectives and sends not hidden; serial: text encoders on one GPU and "
-              "PipeFusion's pipeline fill; compute_extra: compute beyond 1/gpus of one "
-              "GPU's):"]
+              "PipeFusion's warm-up step and pipeline fill/drain; compute_extra: compute "
+              "beyond 1/gpus of one GPU's):"]
     with pd.option_context("display.width", 160, "display.float_format", "{:,.2f}".format):
         lines.append(scale.to_string(index=False))
-    last = scale.iloc[-1]
-    extra = 100 * last.compute_extra_s / last.total_s
-    lines.append(f"{int(last.gpus)} GPUs: {last.speedup:.2f}x of one GPU, not "
-                 f"{int(last.gpus)}x: {last['comm_%']:.1f}% of the time is communication, "
-                 f"{last['serial_%']:.1f}% serial stages and {extra:.1f}% compute beyond "
-                 f"1/{int(last.gpus)} of one GPU's (smaller, less efficient kernels; work every "
-                 "GPU repeats, such as the modulation GEMMs; the VAE strips' halos)")
+    lines.append(_closing(cost, shape, timing, scale.iloc[0], auto))
     return "\n".join(lines), step_table
+
+
+def _no_comm(plan: ParallelPlan) -> str:
+    if plan.gpus == 1:
+        return "none (one GPU)"
+    return (f"none (its {plan.data} data-parallel groups each denoise their own images "
+            "and exchange nothing within a step)")
+
+
+def _closing(cost: DiffusionCostModel, shape: JobShape, timing: JobTiming, one_gpu,
+             auto: bool) -> str:
+    """Why the plan that was asked for (or picked) is not ``gpus`` times one GPU."""
+    plan, g = timing.plan, timing.plan.gpus
+    parts = split_time(cost, shape, timing)
+    which = (f"plan {plan.label()} (the best plan on {g} GPUs)" if auto
+             else f"plan {plan.label()} (as asked)")
+    comm, serial = (100 * parts[k] / timing.total_s for k in ("comm", "serial"))
+    if g == 1:
+        return (f"{which} on one GPU: {timing.total_s:.3f} s, {serial:.1f}% of it serial "
+                "stages (the text encoders); the table shows what more GPUs gain")
+    extra = 100 * (parts["compute"] - one_gpu.compute_s / g) / timing.total_s
+    return (f"{which} on {g} GPUs: {one_gpu.total_s / timing.total_s:.2f}x of the best "
+            f"plan on one GPU, not {g}x: {comm:.1f}% of the time is communication, "
+            f"{serial:.1f}% serial stages and {extra:.1f}% compute beyond 1/{g} of one "
+            "GPU's (smaller, less efficient kernels; work every GPU repeats, such as the "
+            "modulation GEMMs; the VAE strips' halos)")
 
 
 def run(cfg, own: dict[str, str]) -> int:
@@ -182,19 +209,26 @@ def run(cfg, own: dict[str, str]) -> int:
     cost = DiffusionCostModel.from_config(cfg)
     name = cfg.model.name
     pipe = cost.pipeline(name)
-    shape = parse_shape(name, JobShape(name, pipe.height, pipe.width, pipe.frames), own)
+    shape = parse_shape(name, with_defaults(JobShape(name, 0, 0, 0), pipe), own)
     text = own.get("plan", "auto")
     auto = text == "auto"
+    node = int(cfg.hardware.gpus_per_node)
+    gpus = _int("gpus", own["gpus"]) if "gpus" in own else None
+    if gpus is not None and gpus > node:
+        raise ConfigError("gpus", own["gpus"], f"at most hardware.gpus_per_node={node} (a "
+                          "job runs on one node's GPUs)")
     try:
         if auto:
-            gpus = (_int("gpus", own["gpus"]) if "gpus" in own
-                    else int(cfg.hardware.gpus_per_node))
-            plan = cost.best(shape, gpus).plan
+            plan = cost.best(shape, gpus or node).plan
         else:
             plan = parse_plan(text)
-            if "gpus" in own and plan.gpus != _int("gpus", own["gpus"]):
+            if gpus is not None and plan.gpus != gpus:
                 raise ConfigError("plan", text, f"its degrees multiply to {plan.gpus}, "
                                   f"not gpus={own['gpus']}")
+            if plan.gpus > node:
+                raise ConfigError("plan", text, f"its degrees multiply to {plan.gpus} GPUs, "
+                                  f"more than hardware.gpus_per_node={node} (a job runs on "
+                                  "one node's GPUs)")
             cost.timing(shape, plan)
     except ConfigError as e:
         if e.field.startswith("cluster.parallel"):

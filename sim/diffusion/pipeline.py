@@ -15,7 +15,7 @@ multiple of ``t``; an image pipeline takes one frame.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -136,6 +136,9 @@ def resolve(shape: JobShape, pipe: DiffusionPipelineConfig, prefix: str = "job")
                shape.steps or pipe.steps, shape.images, guidance)
 
 
-def default_shape(name: str, pipe: DiffusionPipelineConfig) -> JobShape:
-    """The pipeline's default job: its default size and frames, default steps and guidance."""
-    return JobShape(name, pipe.height, pipe.width, pipe.frames)
+def with_defaults(shape: JobShape, pipe: DiffusionPipelineConfig) -> JobShape:
+    """``shape`` with its unset fields taken from ``pipe``: height, width, frames and steps
+    where 0, guidance where ``""`` (model and images as given; nothing is checked)."""
+    return replace(shape, height=shape.height or pipe.height, width=shape.width or pipe.width,
+                   frames=shape.frames or pipe.frames, steps=shape.steps or pipe.steps,
+                   guidance=shape.guidance or pipe.guidance)

@@ -34,7 +34,22 @@ def test_explain_auto_shows_scaling(capsys):
     table = out[out.index("best plan by GPU count"):]
     assert all(f"\n    {g} " in table for g in (1, 2, 4, 8))
     assert "118,800 image tokens" in out and "(4 GPUs)" in out.split("\n")[2]
-    assert "8 GPUs:" in out and "not 8x" in out
+    # the closing line explains the plan shown (the best on 4 GPUs), not the 8-GPU row
+    last = out.strip().split("\n")[-1]
+    assert "(the best plan on 4 GPUs) on 4 GPUs:" in last and "not 4x" in last
+
+
+def test_closing_line_describes_the_plan_asked_for(capsys):
+    assert main(["model=flux1_dev", "plan=ulysses2", "steps=5", "chart=none"]) == 0
+    last = capsys.readouterr().out.strip().split("\n")[-1]
+    assert last.startswith("plan ulysses2 (as asked) on 2 GPUs:") and "not 2x" in last
+
+
+def test_a_data_parallel_plan_is_not_called_one_gpu(capsys):
+    assert main(["model=flux1_schnell", "plan=data8", "images=8", "chart=none"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.split("\n") if x.startswith("communication and serial"))
+    assert "one GPU" not in line and "8 data-parallel groups" in line
 
 
 @pytest.mark.parametrize("args,field", [
@@ -45,6 +60,9 @@ def test_explain_auto_shows_scaling(capsys):
     (["model=flux1_dev", "plan=ulysses4", "gpus=8"], "plan"),
     (["model=flux1_dev", "batch=decode:1x10"], "batch"),
     (["model=llama3_8b", "job=1024x1024"], "job"),
+    (["model=flux1_dev", "gpus=16"], "gpus"),  # above hardware.gpus_per_node=8
+    (["model=flux1_dev", "plan=ulysses8xring2"], "plan"),  # 16 GPUs on an 8-GPU node
+    (["model=flux1_dev", "plan=data2"], "plan"),  # one image: a data group would idle
 ])
 def test_errors_are_one_line(capsys, args, field):
     assert main(args + ["chart=none"]) == 2
@@ -61,3 +79,25 @@ def test_parse_shape():
     with pytest.raises(ConfigError) as e:
         parse_shape("wan21_t2v_14b", default, {"steps": "0"})
     assert e.value.field == "steps"
+
+
+@pytest.mark.parametrize("override,field,value", [
+    ("vae.spatial_compression=0", "vae.spatial_compression", 0),
+    ("vae.temporal_compression=0", "vae.temporal_compression", 0),
+    ("dit.heads=0", "dit.heads", 0),
+    ("dit.head_dim=0", "dit.head_dim", 0),
+    ("dit.text_tokens=-1", "dit.text_tokens", -1),
+    ("dit.patch_size=0", "dit.patch_size", 0),
+    ("dit.ffn=0", "dit.ffn", 0),
+    ("dit.double_layers=-1", "dit.double_layers", -1),
+    ("steps=0", "steps", 0),
+    ("vae.up_channels=[]", "vae.up_channels", []),
+    ("vae.mid_channels=0", "vae.mid_channels", 0),
+    ("text_encoders.1.heads=0", "text_encoders[1].heads", 0),
+    ("guidance=foo", "guidance", "foo"),
+    ("height=1000", "height", 1000),  # not a multiple of 16
+])
+def test_bad_pipeline_fields_are_one_line(capsys, override, field, value):
+    assert main(["model=flux1_dev", f"model.diffusion.{override}", "chart=none"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: model.diffusion.{field}={value!r}:") and "\n" not in err

@@ -129,10 +129,36 @@ def test_pipefusion_fill_once_per_job(cost):
     assert a["single.qkv_mlp_in"].count == 4 * 10  # ⌈38 / 4⌉ blocks × 4 patches
 
 
+@pytest.mark.parametrize("steps", [1, 2, 50])
+def test_pipefusion_warmup_runs_the_stages_in_turn(cost, steps):
+    """xDiT's first step (num_pipeline_warmup_steps = 1) passes the whole sequence through
+    the p stages in turn: (p − 1) more times the step's DiT time and a hand-off of the full
+    sequence, once per job; the async patch pipeline's fill/drain only when steps remain."""
+    p = 4
+    shape = default(cost, "sd35_large", steps=steps)
+    ops = cost.breakdown(shape, ParallelPlan(pipefusion=p, ulysses=2), "step")
+    by = ops_by_name(ops)
+    dit = sum(o.time_s for o in ops if not o.name.startswith(("pipefusion", "sp_output")))
+    job = cost.job(shape)
+    tokens = -(-(job.image_tokens + job.text_tokens) // 2)  # this GPU's half of the sequence
+    hand_off = cost.pricer.comm("x", "p2p", 2 * tokens * 2432 * 2, 2, cost.link_bw)
+    warm = by["pipefusion_warmup"]
+    assert warm.bound == "serial" and warm.count == 1 and warm.flops == 0
+    assert warm.time_s * steps == pytest.approx((p - 1) * (dit + hand_off.time_s))
+    assert warm.bytes == pytest.approx((p - 1) * hand_off.bytes)
+    assert ("pipefusion_fill_drain" in by) == (steps > 1)
+    # a one-step job is one synchronous step: p stages' work in sequence, plus hand-offs
+    if steps == 1:
+        t = cost.timing(shape, ParallelPlan(pipefusion=p, ulysses=2))
+        assert t.step_s == pytest.approx(p * dit + (p - 1) * hand_off.time_s
+                                         + by["pipefusion_p2p"].time_s
+                                         + by["sp_output_allgather"].time_s)
+
+
 def test_data_parallel_needs_several_images(cost):
-    one = cost.timing(default(cost, "flux1_dev"), ParallelPlan())
-    dp = cost.timing(default(cost, "flux1_dev"), ParallelPlan(data=2))
-    assert dp.step_s == pytest.approx(one.step_s)  # one image gains nothing
+    with pytest.raises(ConfigError) as e:  # one image: the second group would idle
+        cost.timing(default(cost, "flux1_dev"), ParallelPlan(data=2))
+    assert e.value.field == "cluster.parallel.data"
     four = cost.timing(default(cost, "flux1_dev", images=4), ParallelPlan(data=2))
     two = cost.timing(default(cost, "flux1_dev", images=2), ParallelPlan())
     assert four.step_s == pytest.approx(two.step_s)
@@ -164,10 +190,23 @@ def test_timing_is_cached(cost):
 
 def test_chunking_never_prices_above_the_whole(cost):
     p = cost.pricer
-    whole = p.gemm("x", 118_800, 3072, 3072, "bfloat16")
-    best = chunked(lambda rows: p.gemm("x", rows, 3072, 3072, "bfloat16"), 118_800)
-    assert best.time_s <= whole.time_s
-    assert best.flops >= whole.flops
+    for rows, n, k in ((118_800, 3072, 3072), (18_900, 5120, 13_824)):
+        whole = p.gemm("x", rows, n, k, "bfloat16")
+        best = chunked(lambda r, n=n, k=k: p.gemm("x", r, n, k, "bfloat16"), rows)
+        assert best.time_s <= whole.time_s
+        assert (best.flops, best.bytes, best.count) == (whole.flops, whole.bytes, 1)
+    # Wan's MLP down on one of 8 Ulysses GPUs prices faster in pieces (of ⌈18,900 / k⌉ rows)
+    assert best.time_s < whole.time_s
+
+
+def test_chunked_operators_report_their_exact_work(cost):
+    """Wan's FFN: up [m, h]·[h, f] and down [m, f]·[f, h] do the same 2·m·h·f FLOPs, however
+    each is split into pieces to price its time."""
+    shape = default(cost, "wan21_t2v_14b")
+    by = ops_by_name(cost.breakdown(shape, ParallelPlan(ulysses=8), "step"))
+    m, h, f, layers = 2 * 75_600 // 8, 5120, 13_824, 40  # CFG: 2 sequences, 1/8 of each
+    assert by["cross.mlp_up"].flops == by["cross.mlp_down"].flops == 2.0 * m * h * f * layers
+    assert by["cross.self_qkv"].flops == 2.0 * m * 3 * h * h * layers
 
 
 def test_encoders_and_vae_are_priced(cost):

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from sim.config.diffusion_model import check_diffusion_pipeline
 from sim.diffusion.job import JobShape
-from sim.diffusion.pipeline import MODEL_DIR, check_shape, load_pipeline, resolve
+from sim.diffusion.pipeline import MODEL_DIR, check_shape, load_pipeline, resolve, with_defaults
 from sim.errors import ConfigError
 
 # (model, height, width, frames): tokens by hand = latent frames × (H / (8·2)) × (W / (8·2))
@@ -55,6 +55,25 @@ def test_defaults_for_steps_and_guidance():
     dev = resolve(JobShape("flux1_dev", 512, 768, steps=20, guidance="cfg"),
                   load_pipeline("flux1_dev"))
     assert (dev.steps, dev.passes, dev.image_tokens) == (20, 2, 32 * 48)
+
+
+def test_with_defaults_fills_only_unset_fields():
+    wan = load_pipeline("wan21_t2v_14b")
+    assert with_defaults(JobShape("wan21_t2v_14b", 0, 0, 0, images=2), wan) == JobShape(
+        "wan21_t2v_14b", 720, 1280, 81, 50, 2, "cfg")
+    own = JobShape("wan21_t2v_14b", 480, 832, 33, 30, 1, "none")
+    assert with_defaults(own, wan) == own
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("height", 1000, "height"), ("frames", 2, "frames"), ("steps", 0, "steps"),
+])
+def test_pipeline_default_job_must_be_makeable(field, value, named):
+    pipe = load_pipeline("hunyuan_video")
+    setattr(pipe, field, value)
+    with pytest.raises(ConfigError) as e:
+        check_diffusion_pipeline(pipe)
+    assert e.value.field == f"model.diffusion.{named}" and e.value.value == value
 
 
 @pytest.mark.parametrize("name,h,w,f,field", [

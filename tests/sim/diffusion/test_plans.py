@@ -13,9 +13,15 @@ from sim.config import HardwareConfig
 from sim.cost.pricing import Pricer
 from sim.cost.roofline import load_calibration
 from sim.diffusion.cost import DiffusionCostModel
-from sim.diffusion.job import JobShape, ParallelPlan
+from sim.diffusion.job import JobShape, JobTiming, ParallelPlan
 from sim.diffusion.pipeline import load_pipeline, resolve
-from sim.diffusion.plans import check_plan, enumerate_plans, parse_plan, valid_plans
+from sim.diffusion.plans import (
+    check_plan,
+    enumerate_plans,
+    parse_plan,
+    simpler_first,
+    valid_plans,
+)
 from sim.diffusion.vae import HALO_LATENT_ROWS, split_factor
 from sim.errors import ConfigError
 
@@ -66,6 +72,7 @@ def test_bad_plan_text(text):
     ("sd35_large", ParallelPlan(cfg=4), 4, "cluster.parallel.cfg"),
     ("sd35_large", ParallelPlan(tensor=4), 4, "cluster.parallel.tensor"),
     ("cogvideox_5b", ParallelPlan(pipefusion=64), 64, "cluster.parallel.pipefusion"),
+    ("flux1_dev", ParallelPlan(data=2), 2, "cluster.parallel.data"),  # one image, two groups
 ])
 def test_invalid_plans_name_the_degree(name, plan, gpus, field):
     with pytest.raises(ConfigError) as e:
@@ -77,6 +84,36 @@ def test_valid_plans_for_a_distilled_image_model():
     plans = valid_plans(job("flux1_dev"), 8)
     assert plans and all(p.cfg == 1 for p in plans)
     assert ParallelPlan(ulysses=8) in plans and ParallelPlan(ring=2, ulysses=4) in plans
+
+
+def test_data_degree_at_most_the_images():
+    assert not any(p.data > 1 for p in valid_plans(job("flux1_dev"), 8))
+    three = valid_plans(job("flux1_dev", images=3), 4)
+    assert ParallelPlan(data=2, ulysses=2) in three and ParallelPlan(data=4) not in three
+    check_plan(ParallelPlan(data=8), job("flux1_dev", images=8), 8)
+
+
+class TiedCost(DiffusionCostModel):
+    """Every plan takes the same time (up to float noise), so only the tie rule decides."""
+
+    def timing(self, shape, plan):
+        noise = 1e-13 * (hash(plan) % 7)
+        return JobTiming(plan, 1, 0.0, 1.0 + noise, 0.0)
+
+
+def test_ties_go_to_fewer_and_cheaper_degrees(cost):
+    tied = TiedCost(cost.pricer)
+    shape = JobShape("flux1_dev", 1024, 1024)
+    # one-degree plans first; of those, the one that communicates least (not tensor4,
+    # the first in enumeration order)
+    assert tied.best(shape, 4).plan == ParallelPlan(pipefusion=4)
+    assert tied.best(JobShape("flux1_dev", 1024, 1024, images=4), 4).plan == ParallelPlan(
+        data=4)
+    assert tied.best(JobShape("sd35_large", 1024, 1024), 8).plan == ParallelPlan(pipefusion=8)
+    plans = valid_plans(cost.job(shape), 8)
+    assert sorted(plans, key=simpler_first) == sorted(reversed(plans), key=simpler_first)
+    assert simpler_first(ParallelPlan(ulysses=2, ring=2)) < simpler_first(
+        ParallelPlan(ring=2, tensor=2))
 
 
 def test_best_is_the_fastest_valid_plan(cost):
