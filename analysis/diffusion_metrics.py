@@ -86,6 +86,6 @@ def summarize_jobs(records: DiffusionRecords) -> dict:
     span = meta.get("sim_time_s", 0.0)
     s["node_availability"] = (1.0 - meta.get("node_downtime_s", 0.0) / (n * span)
                               if span and n else float("nan"))
-    if "invariant_checks" in meta:
-        s["pool_invariant_checks"] = meta["invariant_checks"]
+    if "pool_invariant_checks" in meta:
+        s["pool_invariant_checks"] = int(meta["pool_invariant_checks"])
     return s

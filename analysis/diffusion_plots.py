@@ -5,13 +5,16 @@ Each PNG is written atomically (``analysis.report.save_figure``).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.patches import Patch
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from analysis.diffusion_metrics import per_job_times
 from analysis.report import save_figure
@@ -19,9 +22,29 @@ from sim.diffusion.records import DiffusionRecords
 
 MAX_NODES_AS_LINES = 8  # more nodes: a heat map instead of one line each
 MAX_POINTS = 500
+MAX_DECADE_TICKS = 6  # more decades on a log axis: label every other one
+DOWN_COLOUR = "#d62728"  # a node that is down, in the heat map (idle is the colour map's 0)
 
 
-def plot_job_latency_ecdf(records: DiffusionRecords, path: Path) -> None:
+def _time_axis(ax, data: pd.Series) -> None:
+    """An x axis of seconds from 0: linear, or symlog when the values span more than 20×
+    (linear below the smallest positive value), labelled at 0 and at powers of ten only, so
+    the labels never crowd together."""
+    pos = data[data > 0]
+    top = float(data.max()) if len(data) else 1.0
+    if len(pos) and pos.max() / pos.min() > 20:
+        lin = float(pos.min())
+        ax.set_xscale("symlog", linthresh=lin)
+        lo, hi = math.ceil(math.log10(lin)), math.floor(math.log10(float(pos.max())))
+        step = 1 + (hi - lo) // MAX_DECADE_TICKS
+        ticks = [0.0] + [10.0 ** k for k in range(lo, hi + 1, step)]
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+    ax.set_xlim(0.0, top * 1.05 if top > 0 else 1.0)
+
+
+def job_latency_figure(records: DiffusionRecords) -> Figure:
     """ECDFs of completed jobs' end-to-end latency and queue wait, in seconds."""
     times = per_job_times(records.jobs)
     fig = Figure(figsize=(10, 4))
@@ -31,38 +54,70 @@ def plot_job_latency_ecdf(records: DiffusionRecords, path: Path) -> None:
         data = times[col].dropna()
         if len(data):
             sns.ecdfplot(x=data, ax=ax)
-            pos = data[data > 0]
-            if len(pos) and pos.max() / pos.min() > 20:
-                ax.set_xscale("symlog", linthresh=float(pos.min()))
-                ax.xaxis.set_minor_formatter(NullFormatter())
+        _time_axis(ax, data)
         ax.set_xlabel(f"{title} (s)")
         ax.set_title(f"{title} ECDF")
     fig.tight_layout()
-    save_figure(fig, path, dpi=110)
+    return fig
+
+
+def plot_job_latency_ecdf(records: DiffusionRecords, path: Path) -> None:
+    """``job_latency_figure`` as a PNG."""
+    save_figure(job_latency_figure(records), path, dpi=110)
 
 
 def occupancy_grid(nodes: pd.DataFrame, end: float, points: int = MAX_POINTS) -> pd.DataFrame:
-    """Mean busy GPUs of every node in ``points`` equal time bins up to ``end`` (the exact
-    time average of its occupancy steps over each bin), at the bins' midpoints."""
+    """Per node, in ``points`` equal time bins up to ``end`` (at the bins' midpoints): the
+    mean busy GPUs and the fraction of the bin the node was down (exact time averages of its
+    occupancy steps over each bin)."""
     edges = np.linspace(0.0, max(end, 1e-9), points + 1)
     frames = []
     for node, rows in nodes.groupby("node", sort=True):
-        t, busy = rows["time_s"].to_numpy(), rows["busy_gpus"].to_numpy(float)
-        area = np.concatenate([[0.0], np.cumsum(busy[:-1] * np.diff(t))])  # at each change
-        k = np.clip(np.searchsorted(t, edges, side="right") - 1, 0, None)
-        at = area[k] + busy[k] * np.clip(edges - t[k], 0, None)
+        t = rows["time_s"].to_numpy()
+        means = {col: _bin_means(t, values, edges) for col, values in (
+            ("busy_gpus", rows["busy_gpus"].to_numpy(float)),
+            ("down", 1.0 - rows["up"].to_numpy(float)))}
         frames.append(pd.DataFrame({"time_s": (edges[:-1] + edges[1:]) / 2, "node": node,
-                                    "busy_gpus": np.diff(at) / np.diff(edges)}))
+                                    **means}))
     return pd.concat(frames, ignore_index=True)
 
 
-def plot_node_occupancy(records: DiffusionRecords, path: Path) -> None:
+def _bin_means(t: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Time averages over the bins ``edges`` of a step function (``values[i]`` from ``t[i]``
+    to ``t[i + 1]``, the last one on)."""
+    area = np.concatenate([[0.0], np.cumsum(values[:-1] * np.diff(t))])  # at each change
+    k = np.clip(np.searchsorted(t, edges, side="right") - 1, 0, None)
+    at = area[k] + values[k] * np.clip(edges - t[k], 0, None)
+    return np.diff(at) / np.diff(edges)
+
+
+def _heat_map(fig: Figure, axes, grid: pd.DataFrame, n: int, end: float, gpus: int) -> None:
+    """Busy GPUs per node and bin as colours on ``axes[0]``, with a colour bar beside both
+    axes (so their time axes stay aligned); a bin in which the node was down most of the
+    time in ``DOWN_COLOUR`` (an idle node is the colour map's 0)."""
+    ax = axes[0]
+    busy = grid.pivot(index="node", columns="time_s", values="busy_gpus").to_numpy()
+    down = grid.pivot(index="node", columns="time_s", values="down").to_numpy()
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad=DOWN_COLOUR)
+    image = ax.imshow(np.ma.masked_where(down > 0.5, busy), aspect="auto",
+                      interpolation="nearest", extent=(0, end, n - 0.5, -0.5), cmap=cmap,
+                      vmin=0, vmax=gpus)
+    fig.colorbar(image, ax=list(axes), label="busy GPUs per node (bin mean)", pad=0.01)
+    ax.set_ylabel("node")
+    if (down > 0.5).any():
+        ax.legend(handles=[Patch(color=DOWN_COLOUR, label="node down")], loc="upper right",
+                  fontsize="small")
+
+
+def node_occupancy_figure(records: DiffusionRecords) -> Figure:
     """Busy GPUs per node over simulated time, averaged over short bins (a line per node,
-    or a heat map for many nodes), node failures shaded; below, GPUs busy in the pool."""
+    node failures shaded; or a heat map for many nodes, down nodes in their own colour);
+    below, GPUs busy in the pool."""
     meta = records.meta
     end = float(meta.get("sim_time_s", records.nodes["time_s"].max()))
     grid = occupancy_grid(records.nodes, end)
-    fig = Figure(figsize=(10, 6))
+    gpus = int(meta.get("gpus_per_node", 8))
+    fig = Figure(figsize=(10, 6), layout="constrained")  # room for the colour bar
     axes = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     n = int(meta.get("num_nodes", grid["node"].nunique()))
     if n <= MAX_NODES_AS_LINES:
@@ -74,18 +129,18 @@ def plot_node_occupancy(records: DiffusionRecords, path: Path) -> None:
             axes[0].axvspan(f["down_s"], f["up_s"] if f["up_s"] is not None else end,
                             color="grey", alpha=0.15, linewidth=0)
     else:
-        wide = grid.pivot(index="node", columns="time_s", values="busy_gpus")
-        axes[0].imshow(wide.to_numpy(), aspect="auto", interpolation="nearest",
-                       extent=(0, end, n - 0.5, -0.5), cmap="viridis", vmin=0,
-                       vmax=int(meta.get("gpus_per_node", 8)))
-        axes[0].set_ylabel("node (colour: busy GPUs)")
+        _heat_map(fig, axes, grid, n, end, gpus)
     total = grid.groupby("time_s", sort=True)["busy_gpus"].sum()
     axes[1].plot(total.index, total.to_numpy(), linewidth=0.8)
-    axes[1].set_ylim(0, max(1, n * int(meta.get("gpus_per_node", 8))) * 1.05)
+    axes[1].set_ylim(0, max(1, n * gpus) * 1.05)
     axes[1].set_ylabel("busy GPUs (pool)")
     axes[1].set_xlabel("simulated time (s)")
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110)
+    return fig
+
+
+def plot_node_occupancy(records: DiffusionRecords, path: Path) -> None:
+    """``node_occupancy_figure`` as a PNG."""
+    save_figure(node_occupancy_figure(records), path, dpi=110)
 
 
 def write_diffusion_plots(records: DiffusionRecords, outdir: Path) -> list[Path]:

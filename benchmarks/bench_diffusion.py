@@ -61,6 +61,8 @@ def run_once(overrides: list[str]) -> dict:
 
 
 def main() -> int:
+    """Run every setting of ``SETTINGS`` on the trace day (with ``--nodes`` and
+    ``--overrides``), print one line each and write ``results/bench_diffusion.json``; 0."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--overrides", nargs="*", default=[], help="more config overrides")

@@ -128,9 +128,9 @@ class WorkloadConfig:
     hash_block_tokens: int = 512
     # --- diffusion jobs (kind diffusion or mixed; scenarios.diffusion_config) ---
     model: str = ""  # the jobs' pipeline; "": the run's model= (must be set with kind=mixed)
-    height: int = 1024  # pixels
-    width: int = 1024
-    frames: int = 1  # 1: an image; more: a video
+    height: int = 0  # pixels; 0: the pipeline's default
+    width: int = 0  # 0: the pipeline's default
+    frames: int = 0  # 1: an image; more: a video; 0: the pipeline's default
     steps: int = 0  # denoising steps; 0: the pipeline's default (a trace's own with arrival=trace)
     images: int = 1  # images per prompt (a trace's own with arrival=trace)
     guidance: str = ""  # "": the pipeline's default; else cfg | distilled | none

@@ -5,8 +5,10 @@ video generation jobs) or ``mixed`` (both: the LLM fields drive the requests and
 ``diffusion_rate`` a Poisson stream of jobs). A job's shape is the flat fields ``model``,
 ``height``, ``width``, ``frames``, ``steps``, ``images`` and ``guidance``, or one entry of
 ``mix`` (a ``JobShapeConfig``) drawn by weight; ``priority_classes`` split jobs into named
-classes with a priority. ``check_diffusion`` checks ranges only: whether a pipeline can run a
-shape (divisibility by its patch and VAE factors) is the diffusion cost model's check.
+classes with a priority. ``height``, ``width``, ``frames`` and ``steps`` of 0 mean the
+pipeline's default (the simulator fills them in per job). ``check_diffusion`` checks ranges
+only: whether a pipeline can make a shape (divisibility by its patch and VAE factors) is
+``sim.diffusion.shapes``' check.
 
 ``GUIDANCE_MODES`` mirrors ``sim.diffusion.job.GUIDANCE_MODES`` (``scenarios`` never imports
 ``sim``; a test keeps the two equal).
@@ -14,6 +16,7 @@ shape (divisibility by its patch and VAE factors) is the diffusion cost model's 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -37,9 +40,9 @@ class JobShapeConfig:
     ``model``, null otherwise) takes the workload's flat value (``workload.height``, …)."""
 
     model: str = ""
-    height: int | None = None
+    height: int | None = None  # 0: the pipeline's default
     width: int | None = None
-    frames: int | None = None  # 1: an image; more: a video of that many frames
+    frames: int | None = None  # 1: an image; more: a video of that many frames; 0: default
     steps: int | None = None  # 0: the pipeline's default
     images: int | None = None  # images per prompt
     guidance: str | None = None  # "": the pipeline's default; else one of GUIDANCE_MODES
@@ -84,9 +87,10 @@ def _check_model(name: str, x: Any) -> None:
 
 def check_shape(shape: Any, prefix: str, partial: bool = False) -> None:
     """Range checks of one job shape (the workload's flat fields, or a ``mix`` entry with
-    ``partial=True``, whose null fields are inherited and so not checked here)."""
+    ``partial=True``, whose null fields are inherited and so not checked here). ``height``,
+    ``width``, ``frames`` and ``steps`` of 0 mean the pipeline's default."""
     _check_model(f"{prefix}.model", shape.model)
-    for name, least in (("height", 1), ("width", 1), ("frames", 1), ("steps", 0),
+    for name, least in (("height", 0), ("width", 0), ("frames", 0), ("steps", 0),
                         ("images", 1)):
         value = getattr(shape, name)
         if not (partial and value is None):
@@ -172,3 +176,44 @@ def _check_mixed(w: Any) -> None:
         raise WorkloadError("workload.diffusion_rate", w.diffusion_rate,
                             f"at least {n} jobs / {MAX_TIME_S:g} s = {n / MAX_TIME_S:g} (the "
                             "job arrivals would span longer)")
+
+
+# entry schemas of the workload's lists, by the list they make up
+ENTRY_LISTS = {JobShapeConfig: "workload.mix", PriorityClassConfig: "workload.priority_classes"}
+
+
+def _entry_index(name: str, key: str, overrides: list[str]) -> int | None:
+    """Index of the first entry holding ``key`` in the override that sets list ``name``."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    short = name.removeprefix("workload.")
+    for text in overrides:
+        if text.split("=", 1)[0].lstrip("+~") not in (name, short):
+            continue
+        try:
+            value = OverridesParser.create().parse_overrides([text])[0].value()
+        except Exception:  # noqa: BLE001 (not ours to report: Hydra does)
+            return None
+        for i, entry in enumerate(value if isinstance(value, list) else []):
+            if isinstance(entry, dict) and key in entry:
+                return i
+    return None
+
+
+def entry_key_error(error: BaseException, overrides: list[str]) -> str | None:
+    """One line for a config-composition ``error`` that is an unknown key in an entry of
+    ``workload.mix`` or ``workload.priority_classes`` (OmegaConf names the key alone),
+    naming the entry (``workload.mix[0]``, found in ``overrides``) and the key; None for any
+    other error."""
+    cause = error
+    while cause is not None and not hasattr(cause, "object_type"):
+        cause = cause.__cause__
+    schema = getattr(cause, "object_type", None)
+    key = getattr(cause, "key", None)
+    if schema not in ENTRY_LISTS or not isinstance(key, str) or "not in" not in str(cause):
+        return None
+    name = ENTRY_LISTS[schema]
+    i = _entry_index(name, key, overrides)
+    where = f"{name}[{i}]" if i is not None else f"an entry of {name}"
+    known = [f.name for f in dataclasses.fields(schema)]
+    return f"{where}: unknown key {key!r}; an entry has {', '.join(known)}"

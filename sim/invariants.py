@@ -305,7 +305,7 @@ class PoolChecker:
                 self._raise("gang", ids, f"node {n} is down but runs gangs or offers GPUs",
                             when)
         count = np.zeros(t.size, np.int64)
-        places = ((list(p.forming.values()), QUEUED), (p.queue.units(), QUEUED),
+        places = ((list(p.batcher.forming.values()), QUEUED), (p.queue.units(), QUEUED),
                   ([u for r in p.running for u in r], RUNNING))
         for units, status in places:
             ids = np.array([i for u in units for i in u.ids], np.int64)

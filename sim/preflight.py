@@ -110,7 +110,9 @@ def compose_each_or_exit(variants: list[list[str]]) -> list:
         with initialize_config_module("conf", version_base=None):
             return [compose("config", overrides=v) for v in variants]
     except (HydraException, OmegaConfBaseException) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
+        from scenarios.diffusion_config import entry_key_error
+
+        print(f"error: {entry_key_error(e, variants[0]) or one_line(e)}", file=sys.stderr)
         sys.exit(2)
     except AssertionError as e:  # OmegaConf, when a key is set inside a field that is null
         dotted = [v.split("=", 1)[0] for v in variants[0] if "=" in v and "." in v]

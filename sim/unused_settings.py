@@ -46,7 +46,8 @@ LLM_ONLY = ("tensor_parallel_size", "pipeline_parallel_size", "expert_parallel_s
             "data_parallel_size", "router", "router_load_cap", "prefix_block_tokens",
             "prefix_index_blocks", "disaggregated")
 LLM_FAULTS = (("straggler", StragglerConfig), ("link_degradation", LinkDegradationConfig))
-POOL_ONLY = ("nodes", "policy", "preemption", "gpus_per_job", "elastic", "checkpointing")
+POOL_ONLY = ("nodes", "policy", "preemption", "gpus_per_job", "elastic", "elastic_efficiency",
+             "checkpointing")
 POOL_BLOCKS = (("parallel", DiffusionParallelConfig), ("batching", DiffusionBatchingConfig),
                ("job_cost", DiffusionJobCostConfig))
 CONSTANT_JOB_COST = ("encode_ms", "step_ms", "decode_ms", "default_steps",

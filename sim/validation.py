@@ -11,19 +11,23 @@ groups and have no better home live here. In order:
 2. the run's own fields (``seed``, ``progress``);
 3. the diffusion node pool's fields (``cluster.nodes``, policy, gang size, plan, batching,
    job cost), then that the workload's kind is the cluster's and the model's kind fits
-   (``check_kinds``); a ``cluster=diffusion`` run skips the LLM replica checks below;
+   (``check_kinds``); a ``cluster=diffusion`` run checks the model (``check_model``: a
+   pipeline's fields) and the cluster, and skips the LLM replica checks below;
 4. each config group's ranges and choices (``sim.builders.check_config``), and the scale of
    the cluster (replica counts, times);
 5. cross-field checks: each pool's parallel layout, that the model fits the GPUs at that
    parallelism with room for at least one KV block, the KV capacity override, the
    calibration files and dtypes the cost model needs, the prefix hash granularity;
-6. the workload's ranges, then the files it names (trace, empirical lengths);
+6. the workload's ranges, then the files it names (trace, empirical lengths); for diffusion
+   jobs, every shape the workload can draw against its pipeline, whatever the job cost
+   (``sim.diffusion.shapes.check_workload_shapes``: the pipeline exists, sizes, frames, the
+   fixed plan), with a warning for a video pipeline asked for one frame;
 7. the SLO's bounds;
 8. not a check but a warning: fields set that the chosen options do not read
    (``sim.unused_settings``).
 
 Once a diffusion job table is built, ``check_job_models`` checks the pipelines it names and
-the node pool checks each job shape against its pipeline (and the fixed plan) before the run.
+the node pool checks each job shape against its job cost (and the fixed plan) before the run.
 
 The first failure raises ``ConfigError`` (or ``WorkloadError``) naming the field, the value
 and what would be valid; ``docs/validation.md`` lists every check. A model ``config.json``
@@ -55,7 +59,13 @@ from sim.builders import (
     replica_memory_budget,
 )
 from sim.config import check_cluster, check_hardware, check_parallelism
-from sim.config.diffusion_cluster import check_diffusion_cluster, cluster_kind
+from sim.config.diffusion_cluster import (
+    check_diffusion_cluster,
+    cluster_kind,
+    fixed_plan,
+    plan_degrees,
+)
+from sim.config.model import check_model
 from sim.errors import ConfigError
 from sim.kv_cache import build_kv_cache
 from sim.unused_settings import unused_settings
@@ -78,7 +88,8 @@ def validate_config(cfg: Any) -> None:
         check_hardware(cfg.hardware, cfg.model)  # gpus_per_node sizes the nodes
     check_diffusion_cluster(cfg.cluster, cfg.hardware.gpus_per_node)
     check_kinds(cfg)
-    if kind == "diffusion":  # no LLM replica: the node pool only
+    if kind == "diffusion":  # no LLM replica: the pipeline and the node pool only
+        check_model(_plain_model(cfg.model))
         check_cluster(cfg.cluster)
         check_cluster_scale(cfg)
     else:
@@ -91,6 +102,7 @@ def validate_config(cfg: Any) -> None:
         check_workload_files(cfg.workload)
     if kind != "llm":
         check_job_files(cfg.workload)
+        check_job_shapes(cfg)
     check_slo(cfg.slo)
     for line in unused_settings(cfg):  # valid, but set without effect: say so
         log.warning(line)
@@ -123,14 +135,35 @@ def check_kinds(cfg: Any) -> None:
                           "workload.model)")
 
 
+def _plain_model(m: Any) -> Any:
+    """The model group as its dataclass (the pipeline checks iterate dataclass fields)."""
+    return OmegaConf.to_object(m) if isinstance(m, DictConfig) else m
+
+
+def check_job_shapes(cfg: Any) -> None:
+    """Every job shape the workload can draw (its flat shape, or each ``mix`` entry) names a
+    diffusion pipeline that can make it, on the fixed plan when ``cluster.parallel`` fixes
+    one, whatever ``cluster.job_cost`` (``sim.diffusion.shapes.check_workload_shapes``)."""
+    from sim.diffusion.job import ParallelPlan
+    from sim.diffusion.shapes import Pipelines, check_workload_shapes
+
+    own = cfg.model.name if getattr(cfg.model, "kind", "llm") == "diffusion" else ""
+    p = cfg.cluster.parallel
+    plan = ParallelPlan(**plan_degrees(p)) if fixed_plan(p) else None
+    check_workload_shapes(cfg.workload, own, Pipelines.of_run(cfg), plan)
+
+
 def check_job_models(jobs) -> None:
-    """Every pipeline a job table names is a diffusion model of ``conf/model/``."""
+    """Every pipeline a job table names is a diffusion model of ``conf/model/`` (its fields
+    checked by ``load_pipeline``)."""
     from sim.diffusion.pipeline import load_pipeline
 
     for name in jobs["model"].unique():
         try:
             load_pipeline(str(name))
         except ConfigError as e:
+            if e.field != "model":
+                raise
             raise ConfigError("workload.model", name, e.expected) from None
 
 

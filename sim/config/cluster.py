@@ -94,8 +94,12 @@ class ClusterConfig:
     policy: str = "fcfs"  # fcfs | sjf (shortest predicted job first) | priority
     preemption: bool = True  # priority: pause lower-priority jobs at a step boundary
     gpus_per_job: int = 8  # each job's gang (GPUs of one node), unless elastic
-    # choose each job's gang from the queue: free GPUs shared evenly among queued jobs
+    # choose each job's gang from the queue and its parallel efficiency
+    # (sim.diffusion.policies.gang)
     elastic: bool = False
+    # elastic, with more than one job waiting: the largest power-of-two gang whose parallel
+    # efficiency (time on 1 GPU / (g x time on g GPUs)) is at least this
+    elastic_efficiency: float = 0.8
     parallel: DiffusionParallelConfig = field(default_factory=DiffusionParallelConfig)
     batching: DiffusionBatchingConfig = field(default_factory=DiffusionBatchingConfig)
     # a job on a failed node resumes from its last completed step (else from the start)

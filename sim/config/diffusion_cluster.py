@@ -84,7 +84,8 @@ def fixed_plan(p: DiffusionParallelConfig) -> bool:
 
 def check_diffusion_cluster(c, gpus_per_node: int) -> None:
     """The node pool's fields in range: nodes, policy, gang size against the node, the plan's
-    degrees against the gang, batching, the job cost (``c`` is a ``ClusterConfig``)."""
+    degrees against the gang, the elastic efficiency bar, batching, the job cost (``c`` is a
+    ``ClusterConfig``)."""
     if c.kind not in CLUSTER_KINDS:
         raise ConfigError("cluster.kind", c.kind, f"one of {list(CLUSTER_KINDS)}")
     if c.kind == "llm":
@@ -114,6 +115,10 @@ def check_diffusion_cluster(c, gpus_per_node: int) -> None:
             raise ConfigError("cluster.parallel", label,
                               f"degrees must multiply to cluster.gpus_per_job={c.gpus_per_job}"
                               f" (they multiply to {product})")
+    eff = getattr(c, "elastic_efficiency", None)  # None: a ClusterConfig without the field
+    if eff is not None and not (math.isfinite(eff) and 0 < eff <= 1):
+        raise ConfigError("cluster.elastic_efficiency", eff, "must be in (0, 1] (the parallel "
+                          "efficiency an elastic gang must keep while other jobs wait)")
     positive("cluster.batching.max_images", c.batching.max_images)
     if not (math.isfinite(c.batching.max_wait_s) and c.batching.max_wait_s >= 0):
         raise ConfigError("cluster.batching.max_wait_s", c.batching.max_wait_s,

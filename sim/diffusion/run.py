@@ -2,7 +2,9 @@
 and ``simulate_mixed`` (``cluster=mixed``: LLM replicas and diffusion nodes in one SimPy
 environment). Like ``sim.engine.simulate`` they take tables (the job table of
 ``scenarios.diffusion.build_jobs``, columns ``sim.diffusion.job.JOB_COLUMNS``) and return
-records; they import neither scenarios nor analysis. Ctrl-C stops the event loop between two
+records; they import neither scenarios nor analysis. A job's ``height``, ``width`` or
+``frames`` of 0 is its pipeline's default (``sim.diffusion.shapes.resolve_sizes``), filled in
+before the pool runs, so the records hold the real shape. Ctrl-C stops the event loop between two
 events and returns what was simulated so far, marked partial.
 """
 
@@ -14,14 +16,16 @@ import simpy
 
 from sim.builders import plain
 from sim.diffusion.constant_cost import ConstantDiffusionCost
+from sim.diffusion.job import DiffusionCost
 from sim.diffusion.pool import NodePool
 from sim.diffusion.records import DiffusionRecords
+from sim.diffusion.shapes import Pipelines, resolve_sizes
 from sim.engine import build_llm, llm_records, run_until, unfinished_rows
 from sim.errors import ConfigError
 from sim.records import Records
 
 
-def build_diffusion_cost(cfg):
+def build_diffusion_cost(cfg) -> DiffusionCost:
     """The ``DiffusionCost`` that ``cluster.job_cost`` names: the roofline pipelines of
     ``sim.diffusion.cost`` on ``hardware`` (with ``backend``'s calibration), or fixed times."""
     j = cfg.cluster.job_cost
@@ -36,6 +40,7 @@ def build_diffusion_cost(cfg):
 
 
 def _pool(env, cfg, jobs: pd.DataFrame, cost, progress) -> NodePool:
+    jobs = resolve_sizes(jobs, Pipelines.of_run(cfg))  # 0: the pipeline's default size
     return NodePool(env, cfg.cluster, int(cfg.hardware.gpus_per_node), cost, jobs,
                     seed=int(getattr(cfg, "seed", 0)), progress=progress,
                     check_invariants=bool(getattr(cfg, "check_invariants", False)))

@@ -43,6 +43,12 @@ def runs(tmp_path_factory, sim_cli):
                    "{name: free, weight: 3, priority: 1}]"],
         "mixed": ["workload=mixed", "cluster=mixed", "workload.num_requests=200",
                   "plots=false"],
+        "video_defaults": ["workload=diffusion", "model=hunyuan_video", "cluster=diffusion",
+                           "workload.num_requests=1", "plots=false"],
+        "video_as_image": ["workload=diffusion", "model=hunyuan_video", "cluster=diffusion",
+                           "workload.num_requests=1", "workload.frames=1", "plots=false"],
+        "mixed_llm_jobs": ["workload=mixed", "cluster=mixed", "workload.model=llama3_8b",
+                           "workload.num_requests=20", "plots=false"],
     }
     if ALIBABA.is_file():
         jobs["alibaba"] = ["workload=alibaba_t2i", "cluster=diffusion", "cluster.nodes=16",
@@ -69,6 +75,35 @@ def test_the_issues_single_video_run(runs):
         assert name in s["outputs"] and (run.outdir / name).is_file()
     nodes = pd.read_parquet(run.outdir / "nodes.parquet")
     assert nodes["busy_gpus"].max() == 8
+
+
+def test_a_video_pipeline_runs_its_own_default_shape(runs):
+    # workload=diffusion leaves size, frames and steps at 0: HunyuanVideo's 720p clip
+    run = runs["video_defaults"]
+    assert run.returncode == 0, run.describe()
+    j = pd.read_parquet(run.outdir / "jobs.parquet").iloc[0]
+    assert (j["height"], j["width"], j["frames"], j["steps"]) == (720, 1280, 129, 50)
+    assert j["status"] == "completed" and j["gpus"] == 8
+    assert "video pipeline" not in run.stdout + run.stderr
+
+
+def test_a_video_pipeline_asked_for_one_frame_makes_an_image_and_says_so(runs):
+    run = runs["video_as_image"]
+    assert run.returncode == 0, run.describe()
+    assert "workload.frames=1: hunyuan_video is a video pipeline" in run.stdout + run.stderr
+    j = pd.read_parquet(run.outdir / "jobs.parquet").iloc[0]
+    assert (j["height"], j["width"], j["frames"]) == (720, 1280, 1)
+    s = json.loads((run.outdir / "summary.json").read_text())
+    assert s["images_per_hour"] > 0 and s["videos_per_hour"] == 0
+
+
+def test_an_llm_as_the_jobs_pipeline_of_a_mixed_cluster_fails_before_the_memory_plan(runs):
+    run = runs["mixed_llm_jobs"]
+    assert run.returncode == 2, run.describe()
+    assert run.stderr.strip().startswith("error: workload.model='llama3_8b'"), run.describe()
+    assert "num_gpu_blocks" not in run.stdout + run.stderr
+    log = run.outdir / "app.log"
+    assert not log.is_file() or "num_gpu_blocks" not in log.read_text()
 
 
 def test_an_image_stream_with_priority_classes(runs):

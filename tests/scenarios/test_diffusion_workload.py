@@ -17,7 +17,12 @@ from scipy import stats
 
 from scenarios import WorkloadConfig, WorkloadError, build_requests, check_workload
 from scenarios.diffusion import JOB_COLUMNS, build_jobs, check_job_files
-from scenarios.diffusion_config import GUIDANCE_MODES, JobShapeConfig, PriorityClassConfig
+from scenarios.diffusion_config import (
+    GUIDANCE_MODES,
+    JobShapeConfig,
+    PriorityClassConfig,
+    entry_key_error,
+)
 from scenarios.traces import read_job_trace
 from sim.diffusion import job as sim_job
 
@@ -46,11 +51,12 @@ def write(tmp_path, text: str) -> str:
 # --- schema -------------------------------------------------------------------------------
 
 
-def test_schema_defaults_are_an_llm_workload_with_a_1024_image_shape():
+def test_schema_defaults_are_an_llm_workload_with_the_pipelines_default_shape():
+    # 0 size, frames and steps: the pipeline's defaults (a video pipeline makes its video)
     w = WorkloadConfig(name="w")
     assert w.kind == "llm"
     assert (w.model, w.height, w.width, w.frames, w.steps, w.images, w.guidance) == (
-        "", 1024, 1024, 1, 0, 1, "")
+        "", 0, 0, 0, 0, 1, "")
     assert w.mix == [] and w.priority_classes == [] and w.diffusion_num_jobs is None
     assert w.trace_types == ["TXT_2_IMG", "IMG_2_IMG"]
     assert w.trace_statuses == ["SUCCEED", "FAILED"]
@@ -68,15 +74,15 @@ def test_job_columns_and_guidance_modes_mirror_the_sim_seam():
 
 @pytest.mark.parametrize("kw, field, value", [
     ({"kind": "video"}, "workload.kind", "video"),
-    ({"height": 0}, "workload.height", 0),
+    ({"height": -1}, "workload.height", -1),
     ({"width": -8}, "workload.width", -8),
-    ({"frames": 0}, "workload.frames", 0),
+    ({"frames": -1}, "workload.frames", -1),
     ({"steps": -1}, "workload.steps", -1),
     ({"images": 0}, "workload.images", 0),
     ({"height": 512.5}, "workload.height", 512.5),
     ({"guidance": "cfg2"}, "workload.guidance", "cfg2"),
     ({"mix": [JobShapeConfig(weight=0.0)]}, "workload.mix[0].weight", 0.0),
-    ({"mix": [JobShapeConfig(), JobShapeConfig(frames=0)]}, "workload.mix[1].frames", 0),
+    ({"mix": [JobShapeConfig(), JobShapeConfig(frames=-1)]}, "workload.mix[1].frames", -1),
     ({"mix": [JobShapeConfig(guidance="two")]}, "workload.mix[0].guidance", "two"),
     ({"mix": [JobShapeConfig(weight=math.inf)]}, "workload.mix[0].weight", math.inf),
     ({"priority_classes": [PriorityClassConfig("a"), PriorityClassConfig("a")]},
@@ -107,6 +113,30 @@ def test_a_wrong_type_fails_at_compose_time():
         compose_workload("diffusion", "workload.height=large")
 
 
+def test_zero_sizes_mean_the_pipelines_defaults_and_pass_the_range_checks():
+    check_workload(WorkloadConfig(name="d", kind="diffusion", height=0, width=0, frames=0,
+                                  mix=[JobShapeConfig(frames=0, height=0)]))
+    df = jobs(num_requests=3, height=0, width=0, frames=0)
+    assert (df[["height", "width", "frames"]] == 0).all().all()  # filled in by the simulator
+
+
+@pytest.mark.parametrize("override, line", [
+    ("workload.mix=[{foo: 1}]", "workload.mix[0]: unknown key 'foo'"),
+    ("workload.mix=[{steps: 28}, {height: 512, hight: 1}]", "workload.mix[1]: unknown key "
+                                                             "'hight'"),
+    ("workload.priority_classes=[{name: a, prio: 1}]",
+     "workload.priority_classes[0]: unknown key 'prio'"),
+])
+def test_an_unknown_key_in_an_entry_is_named_with_its_entry(override, line):
+    with pytest.raises(Exception) as e:
+        compose_workload("diffusion", override)
+    text = entry_key_error(e.value, ["workload=diffusion", override])
+    assert text.startswith(line) and "; an entry has " in text
+    assert entry_key_error(ValueError("other"), [override]) is None
+    # a mix set in a YAML (no override to find it in): named as an entry of the list
+    assert entry_key_error(e.value, []).startswith("an entry of workload.")
+
+
 # --- fixed shapes, mixes, classes ---------------------------------------------------------
 
 
@@ -118,7 +148,7 @@ def test_fixed_shape_every_job_alike_poisson_in_jobs_per_second():
                                                    "images", "priority"))
     assert (df["model"] == "flux1_dev").all() and (df["guidance"] == "distilled").all()
     assert df[["height", "width", "frames", "steps", "images", "priority"]].drop_duplicates() \
-        .values.tolist() == [[1024, 1024, 1, 28, 1, 0]]
+        .values.tolist() == [[0, 0, 0, 28, 1, 0]]  # 0: the pipeline's default, filled in by sim
     gaps = np.diff(df["arrival_time_s"].to_numpy(), prepend=0.0)
     assert (gaps >= 0).all()
     # exponential gaps of mean 1/rate: KS test against the exact distribution
@@ -140,7 +170,7 @@ def test_mix_proportions_and_inherited_fields():
     video = df["model"] == "wan21_t2v_14b"
     images = df.loc[~video]
     assert (images["model"] == "flux1_dev").all() and (images["height"] == 768).all()
-    assert (images["frames"] == 1).all() and (images["images"] == 2).all()
+    assert (images["frames"] == 0).all() and (images["images"] == 2).all()
     assert (images["guidance"] == "").all()
     assert (df.loc[video, ["height", "width", "frames", "steps", "images"]].values
             == [720, 1280, 81, 50, 2]).all()
@@ -223,7 +253,7 @@ def test_alibaba_rows_steps_and_images(tmp_path):
     assert df["steps"].tolist() == [30, 40, 28, 50]
     assert df["images"].tolist() == [1, 8, 2, 1]
     assert (df["height"] == 768).all() and (df["width"] == 1344).all()
-    assert (df["model"] == "flux1_dev").all() and (df["frames"] == 1).all()
+    assert (df["model"] == "flux1_dev").all() and (df["frames"] == 0).all()
 
 
 def test_alibaba_filters_window_scale_and_steps_override(tmp_path):
@@ -325,10 +355,14 @@ def test_synthetic_diffusion_yamls_build(name):
     assert (w.name, w.kind) == (name, "diffusion")
     df = build_jobs(w, "flux1_dev", 0)
     assert len(df) == 300 and tuple(df.columns) == JOB_COLUMNS
-    assert (df["height"] > 0).all() and (df["steps"] > 0).all()
+    if name == "diffusion":  # the pipeline's defaults, filled in by the simulator
+        assert (df[["height", "width", "frames", "steps"]] == 0).all().all()
     if name == "diffusion_mix":
         assert set(df["model"]) == {"flux1_dev", "wan21_t2v_14b"}
         assert set(df["steps"]) == {28, 50}
+        video = df["model"] == "wan21_t2v_14b"
+        assert (df.loc[video, ["height", "width", "frames"]].values == [720, 1280, 33]).all()
+        assert (df.loc[~video, ["height", "width", "frames"]] == 0).all().all()
 
 
 def test_the_issues_single_video_job_composes():

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sim.diffusion.unit import Unit
 
 
 @dataclass
@@ -63,15 +67,15 @@ class JobQueue:
         """Take ``unit`` out of the queue (it stays in the heap until it reaches the top)."""
         self._live.discard(unit.uid)
 
-    def peek(self):
+    def peek(self) -> Unit | None:
         """The unit that would start next, or None."""
         heap = self._heap
         while heap and heap[0][1] not in self._live:
             heapq.heappop(heap)
         return heap[0][2] if heap else None
 
-    def pop(self):
-        """Remove and return the unit that starts next."""
+    def pop(self) -> Unit:
+        """Remove and return the unit that starts next (the queue must not be empty)."""
         unit = self.peek()
         heapq.heappop(self._heap)
         self._live.discard(unit.uid)

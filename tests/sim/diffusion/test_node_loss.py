@@ -111,6 +111,8 @@ def test_every_job_ends_under_random_node_failures(checkpointing):
     assert s["jobs_completed"] + s["jobs_rejected"] + s["jobs_failed"] == len(jobs)
     assert s["num_job_restarts"] == int(j["num_restarts"].sum())
     assert 0 < s["node_availability"] < 1
+    # a count, as docs/metrics.md says
+    assert type(s["pool_invariant_checks"]) is int and s["pool_invariant_checks"] > len(jobs)
 
 
 def test_checkpointing_saves_work():
@@ -123,3 +125,19 @@ def test_checkpointing_saves_work():
         assert (r.jobs["status"] == "completed").all()
         service[ckpt] = r.jobs["service_s"].sum()
     assert service[True] < service[False]
+
+
+def test_the_failure_that_ends_a_job_is_not_a_restart(monkeypatch):
+    # max_retries=1: the failure at 3.25 s restarts the job (repaired at 5.25 s); the next,
+    # 1 s after the repair, ends it: one restart, not two
+    fail_at(monkeypatch, [3.25, 1.0])
+    r = simulate_diffusion(config(mtbf_s=100.0, mttr_s=2.0, max_retries=1), jobs_at([0.0]))
+    j = r.jobs.iloc[0]
+    assert (j["status"], j["fail_reason"], j["num_restarts"]) == ("failed",
+                                                                  "retries_exhausted", 1)
+    assert summarize_jobs(r)["num_job_restarts"] == 1
+    # the last node lost for good: the running job fails, never restarted
+    fail_at(monkeypatch, [3.25])
+    r = simulate_diffusion(config(mtbf_s=100.0, mttr_s=None), jobs_at([0.0, 1.0]))
+    assert r.jobs["fail_reason"].tolist() == ["no_node_left"] * 2
+    assert r.jobs["num_restarts"].tolist() == [0, 0]

@@ -96,22 +96,49 @@ def test_fixed_gangs_take_gpus_per_job_on_the_best_fitting_node():
     assert sizer.place(np.array([8]), 1, lambda g: g != 4) is None
 
 
-@pytest.mark.parametrize("free, queued, expected", [
-    ([8], 1, (0, 8)),           # an idle node and one job: the whole node (fastest plan)
-    ([8], 2, (0, 4)),           # two queued: 4 GPUs each
-    ([8], 8, (0, 1)),           # a long queue: one GPU each
-    ([8], 50, (0, 1)),
-    ([8, 8], 4, (0, 4)),        # 16 free among 4 jobs
-    ([3, 8], 1, (1, 8)),        # the largest gang that fits
-    ([3, 0], 1, (0, 2)),        # powers of two: 3 free GPUs give a 2-GPU gang
+@pytest.mark.parametrize("free, queued, target, expected", [
+    ([8], 1, 1, (0, 8)),        # one job waiting: the largest gang that fits (fastest plan)
+    ([8], 0, 1, (0, 8)),
+    ([3, 8], 1, 1, (1, 8)),     # the largest gang that fits a node
+    ([3, 0], 1, 8, (0, 2)),     # powers of two: 3 free GPUs give a 2-GPU gang
+    ([8], 2, 1, (0, 1)),        # more waiting: the target size under load
+    ([8], 50, 2, (0, 2)),
+    ([8, 8], 4, 8, (0, 8)),     # a job that scales keeps a whole node
+    ([4, 2], 4, 8, (0, 4)),     # capped by a node's free GPUs
+    ([8], 3, None, (0, 1)),     # no target: the smallest valid size
 ])
-def test_elastic_shares_the_free_gpus_among_the_queue(free, queued, expected):
+def test_elastic_gang_by_queue_and_target(free, queued, target, expected):
     sizer = GangSizer(8, 8, elastic=True)
-    assert sizer.place(np.array(free), queued, lambda g: True) == expected
+    assert sizer.place(np.array(free), queued, lambda g: True, target) == expected
+
+
+def efficiency_times(speedup):
+    """Job time on ``g`` GPUs for a speed-up function (100 s on one GPU)."""
+    return lambda g: 100.0 / speedup(g)
+
+
+@pytest.mark.parametrize("speedup, bar, expected", [
+    (lambda g: g, 0.8, 8),                   # linear: every size is 100 % efficient
+    (lambda g: 1 + 0.97 * (g - 1), 0.8, 8),  # a video: 97.4 % on 8 GPUs
+    (lambda g: 1 + 0.75 * (g - 1), 0.8, 4),  # 0.8125 on 4, 0.78 on 8
+    (lambda g: 1 + 0.5 * (g - 1), 0.8, 1),   # an image: 0.75 on 2 GPUs
+    (lambda g: 1 + 0.5 * (g - 1), 0.75, 2),  # the bar is inclusive
+])
+def test_elastic_target_is_the_largest_size_at_the_efficiency_bar(speedup, bar, expected):
+    sizer = GangSizer(8, 8, elastic=True, efficiency=bar)
+    assert sizer.target(efficiency_times(speedup)) == expected
+
+
+def test_elastic_target_measures_efficiency_from_the_smallest_valid_size():
+    sizer = GangSizer(8, 8, elastic=True)
+    # no plan on 1 GPU: 2 GPUs is the reference; 4 GPUs at 0.9 of it qualifies, 8 does not
+    times = {2: 100.0, 4: 100.0 / (2 * 0.9), 8: 100.0 / (4 * 0.7)}
+    assert sizer.target(times.get) == 4
+    assert sizer.target(lambda g: None) is None
 
 
 def test_elastic_skips_sizes_without_a_valid_plan():
     sizer = GangSizer(8, 8, elastic=True)
-    assert sizer.place(np.array([8]), 8, lambda g: g >= 4) == (0, 4)  # smallest valid
+    assert sizer.place(np.array([8]), 8, lambda g: g >= 4, 1) == (0, 4)  # smallest valid
     assert sizer.place(np.array([8]), 1, lambda g: g != 8) == (0, 4)
     assert sizer.need(lambda g: g >= 2) == 2 and sizer.need(lambda g: False) is None

@@ -8,13 +8,16 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from hydra import compose, initialize_config_module
 from scipy.stats import poisson
 
+import sim.app  # noqa: F401  (registers the config schemas)
 from sim.config.cluster import ClusterConfig, FailureConfig
 from sim.config.diffusion_cluster import (
     DiffusionBatchingConfig,
     DiffusionJobCostConfig,
     DiffusionParallelConfig,
+    check_diffusion_cluster,
 )
 from sim.diffusion.constant_cost import ConstantDiffusionCost
 from sim.diffusion.job import JobTiming, ParallelPlan
@@ -120,16 +123,51 @@ def test_a_job_no_gang_can_run_is_rejected_with_a_reason():
     assert r.jobs["reject_reason"].tolist() == ["", "no_valid_plan"]
 
 
-def test_elastic_splits_a_node_by_queue_state():
-    # a long job holds the node while eight image jobs queue: then one GPU each; a lone job
+def test_elastic_gangs_follow_the_queue_and_the_parallel_efficiency():
+    # speed-up 1 + 0.5 (g − 1): efficiency 0.75 on 2 GPUs, below the default 0.8. A long job
+    # holds the node while eight image jobs queue: under load each takes 1 GPU; a lone job
     # later gets the whole node (its fastest plan)
     cfg = config(elastic=True)
+    cfg.cluster.job_cost.parallel_efficiency = 0.5
     r = simulate_diffusion(cfg, jobs_at([0.0] + [0.1] * 8 + [100.0], steps=[80] + [10] * 9))
     assert r.jobs["gpus"].tolist() == [8] + [1] * 8 + [8]
-    assert (r.jobs["start_s"].iloc[1:9] == 1.0).all()
-    # two videos queued behind it: 4 GPUs each
+    assert (r.jobs["start_s"].iloc[1:9] == r.jobs["completion_s"].iloc[0]).all()
+    # with a lower bar (0.7) the same queue takes 2 GPUs each (0.75 >= 0.7; 4 GPUs: 0.625)
+    cfg.cluster.elastic_efficiency = 0.7
+    r = simulate_diffusion(cfg, jobs_at([0.0] + [0.1] * 8, steps=[80] + [10] * 8))
+    assert r.jobs["gpus"].tolist() == [8] + [2] * 8
+    # perfect scaling: every job keeps the whole node, queue or not
+    cfg = config(elastic=True)
     r = simulate_diffusion(cfg, jobs_at([0.0, 0.1, 0.1], frames=[1, 33, 33], steps=80))
-    assert r.jobs["gpus"].tolist() == [8, 4, 4]
+    assert r.jobs["gpus"].tolist() == [8, 8, 8]
+
+
+def test_elastic_on_the_roofline_a_video_keeps_a_node_and_images_under_load_get_1_or_2():
+    # one image alone takes the node; a Wan 2.1 video (≈97 % efficient on 8 GPUs) and four
+    # images queue behind it: the video keeps 8 GPUs under load, the images (FLUX.1-dev,
+    # ≈90 % on 2 GPUs, ≈70 % on 4) get 1 or 2 while others wait; a lone image later, the node
+    with initialize_config_module("conf", version_base=None):
+        cfg = compose("config", overrides=["workload=diffusion", "cluster=diffusion",
+                                           "model=flux1_dev", "hardware=h100_sxm",
+                                           "cluster.nodes=1", "cluster.elastic=true"])
+    video = dict(model="wan21_t2v_14b", height=720, width=1280, frames=33, steps=50)
+    image = dict(model="flux1_dev", height=1024, width=1024, frames=1, steps=28)
+    rows = [image, video] + [image] * 5
+    jobs = jobs_at([0.0] + [0.01] * 5 + [1e4], **{k: [r[k] for r in rows] for k in image})
+    r = simulate_diffusion(cfg, jobs)
+    g = r.jobs["gpus"].tolist()
+    assert (r.jobs["status"] == "completed").all()
+    assert g[0] == 8 and g[1] == 8 and set(g[2:6]) <= {1, 2} and g[6] == 8, g
+
+
+@pytest.mark.parametrize("bar", [0.0, 1.5, float("nan")])
+def test_the_elastic_efficiency_bar_is_a_fraction(bar):
+    c = config(elastic=True).cluster
+    c.elastic_efficiency = bar
+    with pytest.raises(ConfigError, match=r"cluster\.elastic_efficiency="):
+        check_diffusion_cluster(c, 8)
+    c.elastic_efficiency = 1.0
+    check_diffusion_cluster(c, 8)
 
 
 def test_batching_waits_for_a_full_batch_at_most_max_wait():
