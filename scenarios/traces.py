@@ -13,6 +13,9 @@ into ``arrival_time_s``, ``steps`` and ``images``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pandas as pd
 
@@ -34,6 +37,20 @@ FIELD = "workload.trace_path"
 MAX_TOKENS = 2**31 - 1
 MAX_TIME_S = 1e9
 
+
+
+@contextmanager
+def _reading(path: str, field: str) -> Iterator[None]:
+    """Read a trace file: a missing or unreadable file becomes one ``WorkloadError`` naming
+    the workload field (a ``WorkloadError`` of a layout reader passes as it is)."""
+    try:
+        yield
+    except WorkloadError:
+        raise
+    except FileNotFoundError:
+        raise WorkloadError(field, path, "file not found") from None
+    except (OSError, ValueError, pd.errors.ParserError) as e:  # UnicodeDecodeError included
+        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
 
 def _row(i: int) -> str:
     i = int(i)
@@ -114,19 +131,13 @@ def read_trace(path: str, field: str = FIELD) -> pd.DataFrame:
     Lengths may be 0 here (some traces have them); ``build_requests`` rejects lengths < 1 that
     no fixed override replaces.
     """
-    try:
+    with _reading(path, field):
         if is_json_lines(path):
             raw, layout = read_mooncake_jsonl(path, field)
         else:
             header = list(pd.read_csv(path, nrows=0).columns)
             layout = csv_layout(header, path, field)
             raw = read_csv_columns(path, layout, header, field)
-    except WorkloadError:
-        raise
-    except FileNotFoundError:
-        raise WorkloadError(field, path, "file not found") from None
-    except (OSError, ValueError, pd.errors.ParserError) as e:  # UnicodeDecodeError included
-        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
     if raw.empty:
         raise WorkloadError(field, path, "the trace has no rows")
     arrival = _arrivals(arrival_seconds(raw[layout.arrival], layout, path, field), path, field)
@@ -192,7 +203,7 @@ def read_job_trace(path: str, types: list[str] | tuple[str, ...] = (),
     ``images`` (int64), keeping only rows whose type is in ``types`` and status in
     ``statuses`` (empty: every row). Only kept rows are validated, so rows that never ran (no
     steps) do not stop a replay that leaves them out; errors name the file's line."""
-    try:
+    with _reading(path, field):
         header = list(pd.read_csv(path, nrows=0).columns)
         layout = job_csv_layout(header, path, field)
         cols = list(layout.required)
@@ -206,12 +217,6 @@ def read_job_trace(path: str, types: list[str] | tuple[str, ...] = (),
                 cols.append(column)
         raw = pd.read_csv(path, usecols=cols, dtype=str, keep_default_na=False,
                           na_values=[""])
-    except WorkloadError:
-        raise
-    except FileNotFoundError:
-        raise WorkloadError(field, path, "file not found") from None
-    except (OSError, ValueError, pd.errors.ParserError) as e:  # UnicodeDecodeError included
-        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
     if raw.empty:
         raise WorkloadError(field, path, "the trace has no rows")
     keep = np.ones(len(raw), dtype=bool)
