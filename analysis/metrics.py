@@ -97,7 +97,7 @@ def summarize(records: Records, slo=None) -> dict:
     s.update(
         {
             k: records.meta[k]
-            for k in ("num_gpu_blocks", "max_concurrent_tokens", "invariant_checks")
+            for k in ("num_gpu_blocks", "max_concurrent_tokens", "invariant_checks", "engine")
             if k in records.meta
         }
     )

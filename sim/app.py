@@ -84,6 +84,7 @@ class Config:
     progress: str = "auto"
     plots: bool = True
     keep_itl_samples: bool = False
+    engine: str = "auto"
     fast_forward: bool = True
     check_invariants: bool = False
     timeline: bool = True

@@ -33,6 +33,7 @@ import simpy
 from simpy.core import EmptySchedule
 
 from sim.cluster import Cluster
+from sim.compiled.core import PROGRESS_EVERY, CompiledReplica, why_not_compiled
 from sim.records import LogHistogram, Records
 from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable
 
@@ -197,8 +198,39 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
     ``meta["partial"]`` with ``meta["interrupted_at_sim_s"]``.
     """
     run = build_llm(simpy.Environment(), cfg, requests, progress, keep_itl_samples)
-    interrupted = run_until(run.env, run.arrivals.done, unfinished_rows(run.table.completion))
-    return llm_records(run, interrupted)
+    why_not = why_not_compiled(cfg, run)
+    if why_not:
+        interrupted = run_until(run.env, run.arrivals.done,
+                                unfinished_rows(run.table.completion))
+        now = float(run.env.now)
+    else:
+        interrupted, now = run_compiled(run, progress)
+    records = llm_records(run, interrupted, now)
+    records.meta["engine"] = f"python ({why_not})" if why_not else "compiled"
+    return records
+
+
+def run_compiled(run: LLMRun, progress=None) -> tuple[bool, float]:
+    """Run ``run`` in the compiled loop (``sim.compiled``): whether Ctrl-C stopped it, and
+    the simulated time reached."""
+    core = CompiledReplica(run)
+    n, ended = run.table.size, 0
+    every = max(1, min(PROGRESS_EVERY, n // 100))  # a progress bar moves by 1% at most
+    stop = _StopRequest()
+    with _ctrl_c_stops(stop):
+        try:
+            while ended < n:
+                if stop.requested:
+                    return True, core.now
+                now_ended = core.advance(min(n, ended + every))
+                if progress is not None:
+                    progress.update(now_ended - ended)
+                ended = now_ended
+        except KeyboardInterrupt:  # from the progress bar, or a second Ctrl-C
+            return True, core.now
+        finally:
+            core.finish()
+    return False, core.now
 
 
 def build_llm(env: simpy.Environment, cfg, requests: pd.DataFrame, progress=None,
@@ -224,9 +256,11 @@ def build_llm(env: simpy.Environment, cfg, requests: pd.DataFrame, progress=None
     return LLMRun(env, requests, table, client, cluster, arrivals, itl, ttft_slo)
 
 
-def llm_records(run: LLMRun, interrupted: bool) -> Records:
-    """The records of an LLM run whose event loop has ended (``interrupted``: by Ctrl-C)."""
-    cluster, requests, env = run.cluster, run.requests, run.env
+def llm_records(run: LLMRun, interrupted: bool, now: float | None = None) -> Records:
+    """The records of an LLM run whose event loop has ended (``interrupted``: by Ctrl-C) at
+    simulated time ``now`` (None: the SimPy environment's)."""
+    cluster, requests = run.cluster, run.requests
+    now = float(run.env.now) if now is None else now
     if not interrupted:  # an interrupt may leave a process ended by the KeyboardInterrupt
         cluster.raise_failed_process()
     if cluster.checker is not None:
@@ -236,12 +270,12 @@ def llm_records(run: LLMRun, interrupted: bool) -> Records:
         frame.insert(2, "request_class", requests["request_class"].to_numpy())
     if run.ttft_slo is not None:
         frame["ttft_slo_ms"] = requests["ttft_slo_ms"].to_numpy(np.float64)
-    meta = cluster.meta(float(env.now))
-    meta.update(sim_time_s=float(env.now),
+    meta = cluster.meta(now)
+    meta.update(sim_time_s=now,
                 prefix_caching=bool(getattr(cluster.cfg.kv_cache, "prefix_caching", False)),
                 partial=interrupted)
     if interrupted:
-        meta["interrupted_at_sim_s"] = float(env.now)
+        meta["interrupted_at_sim_s"] = now
     if not cluster.keep_timeline:
         meta["step_totals"] = cluster.step_totals()
     return Records(frame, cluster.timeline(), run.itl, meta)

@@ -105,17 +105,31 @@ def layer_token_ops(p: Pricer, g: PerGpu, hw: HardwareConfig, T: int,
     return ops
 
 
-def head_ops(p: Pricer, g: PerGpu, hw: HardwareConfig, T: int,
-             S: int) -> tuple[list[OperatorCost], list[OperatorCost]]:
-    """Operators before the first layer and after the last one, for the whole step."""
+def head_token_ops(p: Pricer, g: PerGpu, hw: HardwareConfig, T: int) -> list[OperatorCost]:
+    """The step's operators outside the layers that scale with its ``T`` tokens, in step
+    order: embedding (and its all-reduce), final norm."""
+    h = g.hidden
+    return ([p.elementwise("embedding", ACT_BYTES * T * h * 2, 1)] + _allreduce(p, g, hw, T)
+            + [p.elementwise("final_norm", ACT_BYTES * T * 2 * h, 1)])
+
+
+def head_seq_ops(p: Pricer, g: PerGpu, hw: HardwareConfig, S: int) -> list[OperatorCost]:
+    """The step's operators after the final norm, which scale with its ``S`` sampled
+    sequences: LM head, sampler (and the logits' all-gather)."""
     h, V = g.hidden, g.vocab
-    pre = [p.elementwise("embedding", ACT_BYTES * T * h * 2, 1)] + _allreduce(p, g, hw, T)
-    post = [
-        p.elementwise("final_norm", ACT_BYTES * T * 2 * h, 1),
+    ops = [
         p.gemm("lm_head", S, V // g.tp, h, "bfloat16"),
         p.elementwise("sampler", 2.0 * S * V * 4, 2),
     ]
     if g.tp > 1:
-        post.append(p.comm("logits_allgather", "allgather", S * V * ACT_BYTES, g.tp,
-                           hw.nvlink_bandwidth))
-    return pre, post
+        ops.append(p.comm("logits_allgather", "allgather", S * V * ACT_BYTES, g.tp,
+                          hw.nvlink_bandwidth))
+    return ops
+
+
+def head_ops(p: Pricer, g: PerGpu, hw: HardwareConfig, T: int,
+             S: int) -> tuple[list[OperatorCost], list[OperatorCost]]:
+    """Operators before the first layer and after the last one, for the whole step: the
+    token-count ones come first, so summing them in order sums those of each kind apart."""
+    tokens = head_token_ops(p, g, hw, T)
+    return tokens[:-1], tokens[-1:] + head_seq_ops(p, g, hw, S)

@@ -1,0 +1,1 @@
+"""A compiled event loop for the single-replica vLLM configuration (``sim.compiled.core``)."""

@@ -1,0 +1,121 @@
+"""A roofline cost model packed into arrays for the compiled core (``sim.compiled.kernel``).
+
+What a step's price needs beyond the batch, split so that a compiled loop can price every
+step with the same arithmetic as ``RooflineCostModel.step_cost``:
+
+- the token-count operators of the layers (``tok[T]``) and the embedding, all-reduce and
+  final norm (``head_tok[T]``), each a (compute, memory, comm) row per token count ``T``;
+- the LM head, sampler and logits all-gather, one (compute, memory, comm) row per operator
+  and sequence count ``S`` (``head_seq[S, op]``), added one by one as the model adds them;
+- the attention kernels' calibrated efficiencies (``sim.cost.eta.Eta``: a scale times tables
+  interpolated in log2 of the shape variables) as flat arrays, with the constants of
+  ``sim.cost.pricing.attention_point_time``.
+
+The rows are filled lazily: the kernel stops and names a missing ``T`` or ``S``, ``fill``
+prices it with the Python cost model, and the kernel resumes. Only dense-layout replicas
+whose every layer is full GQA softmax attention on one pipeline stage can be packed
+(``packable``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.cost.base import BOUNDS
+from sim.cost.eta import Eta
+from sim.cost.layers import head_seq_ops, head_token_ops
+from sim.cost.operators import AttentionEfficiency
+from sim.cost.pricing import ACT_BYTES
+from sim.cost.roofline import BOUND_INDEX, RooflineCostModel
+
+# the shape variables of ``sim.cost.operators.attention_axes``, in the kernel's order
+AXES = ("q", "s", "u", "d", "kv", "c", "i", "g")
+# entries of the float parameter vector ``Prices.params``
+(LAYERS, HEADS, KV_HEADS, HEAD_DIM, KV_BYTES, ACT, PEAK_FLOPS, PEAK_BW, NUM_SMS, HOST_S,
+ HOST_PER_SEQ_S, PRE_LAUNCH, PRE_UNIT, PRE_BLOCK_Q, DEC_LAUNCH, DEC_UNIT, DEC_BLOCK_Q) = range(17)
+MAX_SEQ_OPS = 3  # lm_head, sampler, logits all-gather
+assert BOUNDS[:3] == ("compute", "memory", "comm")
+
+
+def packable(cost_model) -> str:
+    """Why ``cost_model`` cannot be packed ("" when it can)."""
+    if type(cost_model) is not RooflineCostModel:
+        return "the cost model is not the roofline"
+    m = cost_model
+    if m.pp != 1:
+        return "pipeline parallelism"
+    if m.attention_kinds != ["full"] or m.g.mla or m.g.lin_value_heads:
+        return "not every layer is full GQA attention"
+    return ""
+
+
+class Prices:
+    """The arrays of one replica's cost model that ``sim.compiled.kernel`` prices steps with."""
+
+    def __init__(self, cost_model: RooflineCostModel, max_tokens: int, max_seqs: int) -> None:
+        m = self.model = cost_model
+        g, hw = m.g, m.hw
+        self.tok = np.full((max_tokens + 1, 3), np.nan)
+        self.head_tok = np.full((max_tokens + 1, 3), np.nan)
+        self.head_seq = np.full((max_seqs + 1, MAX_SEQ_OPS, 3), np.nan)
+        pre, dec = m.att.p.eff.attention_prefill, m.att.p.eff.attention_decode
+        layers = dict(m._stage_attention[0])["full"]
+        self.params = np.array([
+            layers, g.heads, g.kv_heads, g.head_dim, g.kv_bytes, ACT_BYTES, hw.bf16_flops,
+            hw.hbm_bandwidth, hw.num_sms, m.host_overhead_s, m.host_per_seq_s,
+            pre.launch_s, pre.unit_s, pre.block_q, dec.launch_s, dec.unit_s, dec.block_q,
+        ], dtype=np.float64)
+        self.etas = pack_etas(_etas(pre) + _etas(dec))
+
+    def fill_tokens(self, T: int) -> None:
+        """Price the token-count rows of a step of ``T`` tokens."""
+        m = self.model
+        self.tok[T] = m._stage_token_parts(T, T)[0]
+        self.head_tok[T] = _parts(head_token_ops(m.p, m.g, m.hw, T))
+
+    def fill_seqs(self, S: int) -> None:
+        """Price the per-sequence head operators of a step of ``S`` sequences."""
+        m = self.model
+        self.head_seq[S] = 0.0
+        for j, op in enumerate(head_seq_ops(m.p, m.g, m.hw, S)):
+            self.head_seq[S, j, BOUND_INDEX[op.bound]] = op.time_s
+
+
+def _parts(ops) -> np.ndarray:
+    out = np.zeros(3)
+    for op in ops:
+        out[BOUND_INDEX[op.bound]] += op.time_s
+    return out
+
+
+def _etas(e: AttentionEfficiency) -> list[Eta]:
+    return [e.compute, e.memory]
+
+
+def pack_etas(etas: list[Eta]) -> tuple:
+    """``etas`` as flat arrays: per eta its scale and range of terms; per term its axes
+    (index into ``AXES``; −1: none), the offset and length of each axis's log2 knots in
+    ``knots``, and the offset and row length of its ln-factor table in ``factors``."""
+    scale, first, last = [], [], []
+    axes, koff, klen, foff, fcols = [], [], [], [], []
+    knots, factors = [], []
+    for eta in etas:
+        scale.append(eta.scale)
+        first.append(len(axes))
+        for t in eta.terms:
+            ax, off, ln = [-1, -1], [0, 0], [0, 0]
+            for j, (a, kn) in enumerate(zip(t.axes, t.log2_knots, strict=True)):
+                ax[j], off[j], ln[j] = AXES.index(a), len(knots), len(kn)
+                knots.extend(float(v) for v in kn)
+            f = np.asarray(t.log_factor, dtype=np.float64)
+            axes.append(ax)
+            koff.append(off)
+            klen.append(ln)
+            foff.append(len(factors))
+            fcols.append(f.shape[1] if f.ndim == 2 else 1)
+            factors.extend(f.ravel().tolist())
+        last.append(len(axes))
+    ints = lambda x, shape=(-1,): np.array(x, dtype=np.int64).reshape(shape)  # noqa: E731
+    return (np.array(scale, dtype=np.float64), ints(first), ints(last), ints(axes, (-1, 2)),
+            ints(koff, (-1, 2)), ints(klen, (-1, 2)), ints(foff), ints(fcols),
+            np.array(knots + [0.0], dtype=np.float64), np.array(factors + [0.0]))

@@ -1,0 +1,167 @@
+"""The compiled event loop (``sim.compiled``) gives the SimPy engine's records to float
+rounding, and runs only where it applies."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim import simulate
+from sim.errors import ConfigError
+
+FLOAT_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "completion_s")
+
+
+def both_engines(cfg, req):
+    """Records of ``req`` under ``cfg`` from the SimPy engine and from the compiled loop."""
+    out = []
+    for engine in ("python", "auto"):
+        cfg.engine = engine
+        out.append(simulate(cfg, req))
+    a, b = out
+    assert a.meta["engine"] == "python (engine=python)"
+    assert b.meta["engine"] == "compiled"
+    return a, b
+
+
+def assert_same_records(a, b) -> None:
+    """Every request column, timeline row, ITL bin and step total equal (floats to 1e-9)."""
+    ra, rb = a.requests, b.requests
+    assert list(ra.columns) == list(rb.columns)
+    for col in ra.columns:
+        x, y = ra[col].to_numpy(), rb[col].to_numpy()
+        if x.dtype.kind == "f":
+            np.testing.assert_allclose(x, y, rtol=1e-9, atol=0, err_msg=col)
+        else:
+            assert (x == y).all(), col
+    assert len(a.timeline) == len(b.timeline)
+    for col in a.timeline.columns:
+        np.testing.assert_allclose(a.timeline[col].to_numpy(float),
+                                   b.timeline[col].to_numpy(float), rtol=1e-9, atol=1e-15,
+                                   err_msg=col)
+    assert a.itl.count == b.itl.count
+    assert abs(int(np.abs(a.itl.counts - b.itl.counts).sum())) <= 2  # a bin edge at 1 ulp
+    assert a.itl.total == pytest.approx(b.itl.total, rel=1e-9)
+    assert a.meta["sim_time_s"] == pytest.approx(b.meta["sim_time_s"], rel=1e-12)
+    for ta, tb in zip(a.meta.get("step_totals", []), b.meta.get("step_totals", []),
+                      strict=True):
+        assert ta == pytest.approx(tb, rel=1e-9)
+
+
+def workload(requests, rng, n: int, max_len: int):
+    """Bursts and lulls, short and long prompts, a few too long to serve at all."""
+    arrivals = np.sort(np.concatenate([rng.uniform(0, 0.05, n // 2),
+                                       rng.uniform(0.2, 3.0, n - n // 2)]))
+    inputs = rng.integers(1, 300, n)
+    outputs = rng.integers(1, 120, n)
+    outputs[rng.random(n) < 0.05] = max_len  # exceeds max_model_len: rejected
+    return requests(arrivals, inputs, outputs)
+
+
+CASES = {
+    "default": {},
+    "kv_pressure": {"num_blocks": 60, "block_size": 4},  # recompute preemption, rejections
+    "few_seats": {"max_seqs": 3},
+    "small_budget": {"budget": 32},
+    "threshold": {"long_prefill_token_threshold": 24},
+    "no_chunking": {"enable_chunked_prefill": False, "budget": 400, "max_len": 400},
+}
+
+
+@pytest.mark.parametrize("timeline", [True, False], ids=["timeline", "totals"])
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_equals_simpy_engine(tiny_config, requests, case, timeline):
+    fields = {"num_blocks": 200, "block_size": 8, "max_seqs": 16, "budget": 256} | CASES[case]
+    cfg = tiny_config("vllm", roofline=True, **fields)
+    cfg.timeline = timeline
+    req = workload(requests, np.random.default_rng(len(case)), 120, cfg.scheduler.max_model_len)
+    a, b = both_engines(cfg, req)
+    assert_same_records(a, b)
+    assert set(a.requests["status"]) <= {"completed", "rejected"}
+    if case == "kv_pressure":
+        assert a.requests["num_preemptions"].sum() > 0  # the preemption path ran
+        assert (a.requests["status"] == "rejected").any()
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 40), seed=st.integers(0, 2**32 - 1),
+       num_blocks=st.integers(30, 300), block_size=st.sampled_from([1, 4, 16]),
+       max_seqs=st.integers(1, 12), budget=st.integers(16, 400),
+       threshold=st.sampled_from([0, 0, 7, 64]), tp=st.sampled_from([1, 2]))
+def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, seed,
+                                                     num_blocks, block_size, max_seqs,
+                                                     budget, threshold, tp):
+    cfg = tiny_config("vllm", num_blocks=num_blocks, block_size=block_size, max_seqs=max_seqs,
+                      budget=budget, roofline=True, long_prefill_token_threshold=threshold)
+    cfg.cluster = replace(cfg.cluster, tensor_parallel_size=tp)
+    rng = np.random.default_rng(seed)
+    req = requests(np.sort(rng.exponential(0.05, n).cumsum()), rng.integers(1, 200, n),
+                   rng.integers(1, 60, n))
+    assert_same_records(*both_engines(cfg, req))
+
+
+@pytest.mark.parametrize("overrides", [[], ["experiment=vidur_synthetic"],
+                                       ["model=qwen3_30b_a3b", "cluster.tensor_parallel_size=2",
+                                        "timeline=false"]],
+                         ids=["default", "vidur", "moe_tp2"])
+def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_for, overrides):
+    cfg = compose_cfg("workload.num_requests=300", *overrides)
+    req = requests_for(cfg)
+    out = [simulate(compose_cfg("workload.num_requests=300", f"engine={e}", *overrides), req)
+           for e in ("python", "auto")]
+    assert out[1].meta["engine"] == "compiled"
+    assert_same_records(*out)
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (["engine=python"], "engine=python"),
+    (["cluster.replicas=2"], "more than one replica"),
+    (["scheduler=sglang"], "not the vLLM scheduler with FCFS"),
+    (["scheduler.policy=priority"], "not the vLLM scheduler with FCFS"),
+    (["kv_cache.prefix_caching=true"], "prefix caching, swap or state blocks"),
+    (["cost_model=constant"], "the cost model is not the roofline"),
+    (["cluster.pipeline_parallel_size=2"], "pipeline parallelism"),
+    (["check_invariants=true"], "check_invariants"),
+    (["workload=closed_loop"], "closed-loop clients"),
+    (["cluster.failure.mtbf_s=100"], "faults"),
+], ids=lambda v: v if isinstance(v, str) else "-".join(v))
+def test_other_configurations_run_on_the_simpy_engine(compose_cfg, requests_for, overrides,
+                                                       reason):
+    cfg = compose_cfg("workload.num_requests=20", *overrides)
+    rec = simulate(cfg, requests_for(cfg))
+    assert rec.meta["engine"] == f"python ({reason})"
+
+
+def test_raw_itl_samples_run_on_the_simpy_engine(compose_cfg, requests_for):
+    cfg = compose_cfg("workload.num_requests=20")
+    rec = simulate(cfg, requests_for(cfg), keep_itl_samples=True)
+    assert rec.meta["engine"] == "python (keep_itl_samples)"
+
+
+def test_an_unknown_engine_is_one_config_error(compose_cfg, requests_for):
+    cfg = compose_cfg("workload.num_requests=5", "engine=numba")
+    with pytest.raises(ConfigError, match="engine"):
+        simulate(cfg, requests_for(cfg))
+
+
+def test_ctrl_c_keeps_what_was_simulated(compose_cfg, requests_for):
+    """A KeyboardInterrupt from the progress bar ends the run between two chunks with
+    consistent partial records."""
+    cfg = compose_cfg("workload.num_requests=5000")
+
+    class Interrupting:
+        def update(self, n):
+            raise KeyboardInterrupt
+
+    rec = simulate(cfg, requests_for(cfg), progress=Interrupting())
+    assert rec.meta["engine"] == "compiled" and rec.partial
+    r = rec.requests
+    done = r["status"] == "completed"
+    assert 0 < done.sum() < len(r)
+    assert r.loc[done, "completion_s"].max() <= rec.meta["interrupted_at_sim_s"]
+    assert r.loc[~done, "completion_s"].isna().all()
