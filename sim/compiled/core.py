@@ -5,10 +5,10 @@ serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a millio
 take minutes; the compiled loop does the same work in microseconds per step for the
 configuration most runs use: one replica behind no router, the vLLM scheduler (FCFS,
 recompute preemption, no prefix cache), the roofline cost model on one pipeline stage with
-full GQA attention in every layer, open-loop arrivals, no faults, ITL kept as a histogram,
-no invariant checks. ``engine: auto`` (the default) takes it wherever that holds;
-``engine: python`` always runs the SimPy engine. Both give the same records to float
-rounding (``tests/sim/test_compiled_core.py``).
+full GQA attention in every layer, no faults, ITL kept as a histogram, no invariant checks;
+open-loop arrivals and closed-loop clients alike. ``engine: auto`` (the default) takes it
+wherever that holds; ``engine: python`` always runs the SimPy engine. Both give the same
+records to float rounding (``tests/sim/schedulers/test_compiled_core.py``).
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ def why_not_compiled(cfg, run) -> str:
         (cluster.cfg.cluster.failure.mtbf_s is not None or bool(cluster.speeds), "faults"),
         (cluster.checker is not None, "check_invariants"),
         (run.itl._samples is not None, "keep_itl_samples"),
-        (bool(np.any(run.arrivals.next_of >= 0)) or len(run.arrivals.initial) != run.table.size,
-         "closed-loop clients"),
     ]
     if pool.replicas:
         s = pool.parts[0].scheduler
@@ -70,9 +68,13 @@ class CompiledReplica:
                       t.preemptions, t.replica)
         self.order = np.ascontiguousarray(run.arrivals.initial, dtype=np.int64)
         self.refusal = run.cluster.refusal
+        arr = run.arrivals
+        # per request its client's next one and that one's think time; a heap of releases
+        self.clients = (arr.next_of.astype(np.int64), np.asarray(arr.think, np.float64),
+                        np.zeros(t.size), np.zeros(t.size, np.int64))
         self.running = np.zeros(max(s.max_num_seqs, 1), np.int64)
         self.waiting = np.zeros(t.size + 1, np.int64)
-        self.state = np.zeros(11, np.int64)
+        self.state = np.zeros(12, np.int64)
         self.state[K.FREE] = kv.free_blocks
         self.clock = np.zeros(1)
         self.cfg = np.array([s.budget, s.max_num_seqs, s.threshold, int(s.chunked),
@@ -102,9 +104,9 @@ class CompiledReplica:
         p, st = self.prices, self.state
         prices = (p.tok, p.head_tok, p.head_seq, p.params, p.etas)
         while True:
-            code = K.run(self.table, self.order, self.refusal, self.running, self.waiting, st,
-                         self.clock, self.cfg, prices, self.bufs, self.rows, self.itl,
-                         max_ended)
+            code = K.run(self.table, self.order, self.refusal, self.clients, self.running,
+                         self.waiting, st, self.clock, self.cfg, prices, self.bufs, self.rows,
+                         self.itl, max_ended)
             if code == K.NEED_TOKENS:
                 p.fill_tokens(int(st[K.NEED]))
             elif code == K.NEED_SEQS:

@@ -5,9 +5,11 @@ timeline chunk is full, ``max_ended`` requests have ended in total, or a step ne
 row that ``sim.compiled.pricing.Prices`` has not filled yet (it then returns without having
 changed anything of that step, and is called again once the row is filled). It does in
 compiled code what ``sim.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler``
-(FCFS, recompute preemption, no prefix cache) and ``RooflineCostModel.step_cost`` do, in the
-same order and with the same arithmetic; ``tests/sim/test_compiled_core.py`` holds the two
-equal. Request state lives in the run's ``RequestTable`` arrays, which it updates in place.
+(FCFS, recompute preemption, no prefix cache), ``RooflineCostModel.step_cost`` and the
+engine's ``_Arrivals`` (open-loop arrivals, closed-loop clients' follow-ups) do, in the
+same order and with the same arithmetic; ``tests/sim/schedulers/test_compiled_core.py``
+holds the two equal. Request state lives in the run's ``RequestTable`` arrays, which it
+updates in place.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from sim.compiled import pricing as P
 # ``run``'s return codes
 DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED = range(6)
 # entries of the integer state vector
-CURSOR, FREE, NRUN, WHEAD, WCOUNT, PHASE, ENDED, NB, QLEN, NEED, ROWS = range(11)
+CURSOR, FREE, NRUN, WHEAD, WCOUNT, PHASE, ENDED, NB, QLEN, NEED, ROWS, HEAP = range(12)
 WAITING, RUNNING, FINISHED, REJECTED = 1, 2, 3, 4  # sim.state's status codes
 
 
@@ -277,9 +279,10 @@ def _itl_add(values, n, counts, sums, low, log_ratio):
 
 
 @njit(cache=True)
-def _update(now, t, run, st, nb, bids, bnew, emit, gaps, counts, sums, low, log_ratio):
-    """``TokenBudgetScheduler.update``: the step's tokens land at ``now``; returns how many
-    requests finished."""
+def _update(now, t, run, st, nb, bids, bnew, emit, gaps, counts, sums, low, log_ratio,
+            clients):
+    """``TokenBudgetScheduler.update``: the step's tokens land at ``now``; the requests that
+    finish end (``_ended``)."""
     (arrival, num_tokens, computed, generated, max_output, held, status, first_sched,
      first_token, last_token, completion, preemptions, replica) = t
     ne = 0
@@ -290,7 +293,7 @@ def _update(now, t, run, st, nb, bids, bnew, emit, gaps, counts, sums, low, log_
             emit[ne] = r
             ne += 1
     if ne == 0:
-        return 0
+        return
     ng = 0
     done = 0
     for j in range(ne):
@@ -312,6 +315,7 @@ def _update(now, t, run, st, nb, bids, bnew, emit, gaps, counts, sums, low, log_
             st[FREE] += held[r]
             held[r] = 0
             done += 1
+            _ended(r, now, clients, st)
     if done:
         k = 0
         for j in range(st[NRUN]):
@@ -319,25 +323,88 @@ def _update(now, t, run, st, nb, bids, bnew, emit, gaps, counts, sums, low, log_
                 run[k] = run[j]
                 k += 1
         st[NRUN] = k
-    return done
 
 
 @njit(cache=True)
-def _release(until, t, order, refusal, wq, st):
-    """Requests arriving by ``until`` reach the replica: queued, or rejected with their
-    reason (``_Arrivals.release``)."""
-    (arrival, num_tokens, computed, generated, max_output, held, status, first_sched,
-     first_token, last_token, completion, preemptions, replica) = t
-    while st[CURSOR] < len(order):
-        rid = order[st[CURSOR]]
-        a = arrival[rid]
-        if a > until:
+def _heap_push(heap_t, heap_r, st, time, rid):
+    """Add (``time``, ``rid``) to the binary heap of pending follow-up releases."""
+    i = st[HEAP]
+    st[HEAP] += 1
+    while i > 0:
+        p = (i - 1) // 2
+        if heap_t[p] < time or (heap_t[p] == time and heap_r[p] < rid):
             break
-        st[CURSOR] += 1
+        heap_t[i], heap_r[i] = heap_t[p], heap_r[p]
+        i = p
+    heap_t[i], heap_r[i] = time, rid
+
+
+@njit(cache=True)
+def _heap_pop(heap_t, heap_r, st):
+    """Remove the heap's smallest (time, rid)."""
+    n = st[HEAP] - 1
+    st[HEAP] = n
+    time, rid = heap_t[n], heap_r[n]
+    i = 0
+    while 2 * i + 1 < n:
+        c = 2 * i + 1
+        if c + 1 < n and (heap_t[c + 1] < heap_t[c]
+                          or (heap_t[c + 1] == heap_t[c] and heap_r[c + 1] < heap_r[c])):
+            c += 1
+        if heap_t[c] < time or (heap_t[c] == time and heap_r[c] < rid):
+            heap_t[i], heap_r[i] = heap_t[c], heap_r[c]
+            i = c
+        else:
+            break
+    heap_t[i], heap_r[i] = time, rid
+
+
+@njit(cache=True)
+def _ended(rid, now, clients, st):
+    """``rid`` ended at ``now``: its client's next request is released its think time later
+    (``_Arrivals.completed``)."""
+    next_of, think, heap_t, heap_r = clients
+    st[ENDED] += 1
+    nxt = next_of[rid]
+    if nxt >= 0:
+        _heap_push(heap_t, heap_r, st, now + think[nxt], nxt)
+
+
+@njit(cache=True)
+def _next_arrival(t, order, clients, st):
+    """When the next request reaches the replica (inf: none is known)."""
+    a = t[0][order[st[CURSOR]]] if st[CURSOR] < len(order) else math.inf
+    if st[HEAP]:
+        a = min(a, clients[2][0])
+    return a
+
+
+@njit(cache=True)
+def _release(until, delayed_at_until, t, order, refusal, clients, wq, st):
+    """Requests arriving by ``until`` reach the replica in time order: queued, or rejected
+    with their reason (``_Arrivals.release``). A client's follow-up due exactly at ``until``
+    waits unless ``delayed_at_until``: the client learns of a completion only after the step
+    that ended at ``until``, so a follow-up without think time misses the batch formed then."""
+    arrival, status, completion, replica = t[0], t[6], t[10], t[12]
+    heap_t, heap_r = clients[2], clients[3]
+    while True:
+        a = t[0][order[st[CURSOR]]] if st[CURSOR] < len(order) else math.inf
+        if st[HEAP] and heap_t[0] < a:
+            a = heap_t[0]
+            if a > until or (a == until and not delayed_at_until):
+                return
+            rid = heap_r[0]
+            _heap_pop(heap_t, heap_r, st)
+            arrival[rid] = a
+        else:
+            if a > until:
+                return
+            rid = order[st[CURSOR]]
+            st[CURSOR] += 1
         if refusal[rid]:
             status[rid] = REJECTED
             completion[rid] = a
-            st[ENDED] += 1
+            _ended(rid, a, clients, st)
         else:
             replica[rid] = 0
             status[rid] = WAITING
@@ -346,23 +413,25 @@ def _release(until, t, order, refusal, wq, st):
 
 
 @njit(cache=True)
-def run(t, order, refusal, run_ids, wq, st, clock, cfg, prices, bufs, rows, itl, max_ended):
+def run(t, order, refusal, clients, run_ids, wq, st, clock, cfg, prices, bufs, rows, itl,
+        max_ended):
     """Advance the replica (module doc); returns a code of ``DONE`` … ``STALLED``."""
     tok, head_tok, head_seq, prm, etas = prices
     bids, bnew, bctx, want, need, emit, gaps, x, cost = bufs
     counts, sums, low, log_ratio = itl
-    n = len(order)
+    n = len(t[0])
     while True:
         if st[ENDED] >= max_ended:
             return DONE if st[ENDED] == n else ENOUGH_ENDED
         now = clock[0]
         if st[PHASE] == 0:  # schedule
-            _release(now, t, order, refusal, wq, st)
             nb = _schedule(now, t, run_ids, wq, st, cfg, bids, bnew, bctx, want, need)
-            if nb == 0:
-                if st[CURSOR] == n:
+            if nb == 0:  # sleep until the next arrival
+                wake = _next_arrival(t, order, clients, st)
+                if wake == math.inf:
                     return DONE if st[ENDED] == n else STALLED
-                clock[0] = t[0][order[st[CURSOR]]]  # sleep until the next arrival
+                clock[0] = max(wake, now)
+                _release(clock[0], True, t, order, refusal, clients, wq, st)
                 continue
             st[NB], st[QLEN], st[PHASE] = nb, st[WCOUNT], 1
         nb = st[NB]
@@ -395,8 +464,8 @@ def run(t, order, refusal, run_ids, wq, st, clock, cfg, prices, bufs, rows, itl,
         rows[12][r] = bound
         st[ROWS] = r + 1
         end = now + c[0]
-        _release(end, t, order, refusal, wq, st)
+        _release(end, False, t, order, refusal, clients, wq, st)
         clock[0] = end
-        st[ENDED] += _update(end, t, run_ids, st, nb, bids, bnew, emit, gaps, counts, sums,
-                             low, log_ratio)
+        _update(end, t, run_ids, st, nb, bids, bnew, emit, gaps, counts, sums, low,
+                log_ratio, clients)
         st[PHASE] = 0

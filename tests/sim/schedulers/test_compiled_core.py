@@ -87,28 +87,60 @@ def test_compiled_equals_simpy_engine(tiny_config, requests, case, timeline):
         assert (a.requests["status"] == "rejected").any()
 
 
+@pytest.mark.parametrize("think", [0.0, 0.02])
+def test_closed_loop_clients_match(tiny_config, requests, think):
+    """Clients that send their next request a think time (none: at once) after the previous
+    one ends, rejected ones included, and open-loop requests beside them."""
+    rng = np.random.default_rng(3)
+    n, clients = 150, 6
+    client = np.where(np.arange(n) < 130, np.arange(n) % clients, -1)
+    first = np.zeros(n, bool)
+    first[:clients] = True
+    arrivals = np.where(first, rng.uniform(0, 0.02, n), np.nan)
+    arrivals[130:] = np.sort(rng.uniform(0, 2.0, 20))  # open loop beside the clients
+    outputs = rng.integers(1, 80, n)
+    outputs[rng.random(n) < 0.05] = 400  # exceeds max_model_len: rejected, the client goes on
+    req = requests(arrivals, rng.integers(1, 200, n), outputs)
+    req["client"] = client
+    req["think_time_s"] = np.where(client >= 0, think, 0.0)
+    cfg = tiny_config("vllm", num_blocks=80, block_size=4, max_seqs=4, budget=128,
+                      roofline=True)
+    a, b = both_engines(cfg, req)
+    assert_same_records(a, b)
+    assert (a.requests["status"] == "rejected").any()
+    assert a.requests["status"].isin(["completed", "rejected"]).all()
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 40), seed=st.integers(0, 2**32 - 1),
        num_blocks=st.integers(30, 300), block_size=st.sampled_from([1, 4, 16]),
        max_seqs=st.integers(1, 12), budget=st.integers(16, 400),
-       threshold=st.sampled_from([0, 0, 7, 64]), tp=st.sampled_from([1, 2]))
+       threshold=st.sampled_from([0, 0, 7, 64]), tp=st.sampled_from([1, 2]),
+       clients=st.integers(0, 4), think=st.sampled_from([0.0, 0.01]))
 def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, seed,
                                                      num_blocks, block_size, max_seqs,
-                                                     budget, threshold, tp):
+                                                     budget, threshold, tp, clients, think):
     cfg = tiny_config("vllm", num_blocks=num_blocks, block_size=block_size, max_seqs=max_seqs,
                       budget=budget, roofline=True, long_prefill_token_threshold=threshold)
     cfg.cluster = replace(cfg.cluster, tensor_parallel_size=tp)
     rng = np.random.default_rng(seed)
-    req = requests(np.sort(rng.exponential(0.05, n).cumsum()), rng.integers(1, 200, n),
-                   rng.integers(1, 60, n))
+    arrivals = np.sort(rng.exponential(0.05, n).cumsum())
+    client = np.where(np.arange(n) < clients * 3, np.arange(n) % max(clients, 1), -1)
+    arrivals[clients:clients * 3] = np.nan  # each client's 2nd and 3rd request: follow-ups
+    req = requests(arrivals, rng.integers(1, 200, n), rng.integers(1, 60, n))
+    req["client"], req["think_time_s"] = client, np.where(client >= 0, think, 0.0)
     assert_same_records(*both_engines(cfg, req))
 
 
-@pytest.mark.parametrize("overrides", [[], ["experiment=vidur_synthetic"],
-                                       ["model=qwen3_30b_a3b", "cluster.tensor_parallel_size=2",
-                                        "timeline=false"]],
-                         ids=["default", "vidur", "moe_tp2"])
+@pytest.mark.parametrize("overrides", [
+    [], ["experiment=vidur_synthetic"],
+    ["model=qwen3_30b_a3b", "cluster.tensor_parallel_size=2", "timeline=false"],
+    ["workload=closed_loop", "workload.concurrency=48"],
+    ["workload=closed_loop", "workload.think_time_s=0.5", "workload.think_time_dist=exponential",
+     "workload.ramp_up_s=3"],
+    ["workload=multi_turn", "workload.rate=6"],
+], ids=["default", "vidur", "moe_tp2", "closed_loop", "closed_loop_think", "multi_turn"])
 def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_for, overrides):
     cfg = compose_cfg("workload.num_requests=300", *overrides)
     req = requests_for(cfg)
@@ -127,7 +159,6 @@ def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_fo
     (["cost_model=constant"], "the cost model is not the roofline"),
     (["cluster.pipeline_parallel_size=2"], "pipeline parallelism"),
     (["check_invariants=true"], "check_invariants"),
-    (["workload=closed_loop"], "closed-loop clients"),
     (["cluster.failure.mtbf_s=100"], "faults"),
 ], ids=lambda v: v if isinstance(v, str) else "-".join(v))
 def test_other_configurations_run_on_the_simpy_engine(compose_cfg, requests_for, overrides,
