@@ -33,7 +33,7 @@ import simpy
 from simpy.core import EmptySchedule
 
 from sim.cluster import Cluster
-from sim.compiled.core import PROGRESS_EVERY, CompiledReplica, why_not_compiled
+from sim.compiled.core import PROGRESS_EVERY, CompiledPool, why_not_compiled
 from sim.records import LogHistogram, Records
 from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable
 
@@ -213,7 +213,7 @@ def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool 
 def run_compiled(run: LLMRun, progress=None) -> tuple[bool, float]:
     """Run ``run`` in the compiled loop (``sim.compiled``): whether Ctrl-C stopped it, and
     the simulated time reached."""
-    core = CompiledReplica(run)
+    core = CompiledPool(run)
     n, ended = run.table.size, 0
     every = max(1, min(PROGRESS_EVERY, n // 100))  # a progress bar moves by 1% at most
     stop = _StopRequest()

@@ -1,11 +1,12 @@
-"""Runs a single-replica LLM simulation in the compiled event loop (``sim.compiled.kernel``).
+"""Runs an LLM simulation in the compiled event loop (``sim.compiled.kernel``) where it applies.
 
 The SimPy engine (``sim.replica``, ``sim.schedulers``, ``sim.cost``) is the reference and
 serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a million requests
 take minutes; the compiled loop does the same work in microseconds per step for the
-configuration most runs use: one replica behind no router, the vLLM scheduler (FCFS,
-recompute preemption, no prefix cache), the roofline cost model on one pipeline stage with
-full GQA attention in every layer, no faults, ITL kept as a histogram, no invariant checks;
+configurations most runs use: one pool of replicas (one, or several behind the
+``round_robin`` or ``least_outstanding`` router), the vLLM scheduler (FCFS, recompute
+preemption, no prefix cache), the roofline cost model on one pipeline stage with full GQA
+attention in every layer, no faults, ITL kept as a histogram, no invariant checks;
 open-loop arrivals and closed-loop clients alike. ``engine: auto`` (the default) takes it
 wherever that holds; ``engine: python`` always runs the SimPy engine. Both give the same
 records to float rounding (``tests/sim/schedulers/test_compiled_core.py``).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.compiled import kernel as K
+from sim.compiled import step_schedule as S
 from sim.compiled.pricing import Prices, packable
 from sim.errors import ConfigError
 from sim.replica import TIMELINE_COLUMNS
@@ -27,6 +29,9 @@ CHUNK_ROWS = 1 << 16  # timeline rows handed to the replica's buffer at a time
 PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar, Ctrl-C)
 
 
+ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING}
+
+
 def why_not_compiled(cfg, run) -> str:
     """Why the compiled loop cannot run ``run`` (an ``engine.LLMRun``; "" when it can)."""
     engine = str(getattr(cfg, "engine", "auto"))
@@ -34,10 +39,13 @@ def why_not_compiled(cfg, run) -> str:
         raise ConfigError("engine", engine, f"one of {list(ENGINES)}")
     cluster = run.cluster
     pool = cluster.pools[0]
+    c = cluster.cfg.cluster
     reasons = [
         (engine == "python", "engine=python"),
-        (len(cluster.pools) > 1 or len(pool.replicas) > 1, "more than one replica"),
-        (cluster.cfg.cluster.failure.mtbf_s is not None or bool(cluster.speeds), "faults"),
+        (len(cluster.pools) > 1, "disaggregated prefill and decode"),
+        (len(pool.replicas) > 1 and c.router not in ROUTERS,
+         f"router {c.router} (compiled: {', '.join(ROUTERS)})"),
+        (c.failure.mtbf_s is not None or bool(cluster.speeds), "faults"),
         (cluster.checker is not None, "check_invariants"),
         (run.itl._samples is not None, "keep_itl_samples"),
     ]
@@ -54,14 +62,17 @@ def why_not_compiled(cfg, run) -> str:
     return next((why for cond, why in reasons if cond), "")
 
 
-class CompiledReplica:
-    """The one replica of ``run`` and its arrivals, as arrays for ``kernel.run``."""
+class CompiledPool:
+    """The replicas of ``run``'s one pool, its router and its arrivals, as arrays for
+    ``kernel.run``."""
 
     def __init__(self, run) -> None:
         self.run_ = run
-        parts = run.cluster.pools[0].parts[0]
-        self.steps = run.cluster.pools[0].replicas[0].steps
+        pool = run.cluster.pools[0]
+        parts = pool.parts[0]  # every replica is built from the same config
+        self.steps = [rep.steps for rep in pool.replicas]
         s, kv, t = parts.scheduler, parts.kv, run.table
+        R, m = len(pool.replicas), max(s.max_num_seqs, 1)
         self.prices = Prices(parts.cost_model, s.budget, s.max_num_seqs)
         self.table = (t.arrival, t.num_tokens, t.computed, t.generated, t.max_output, kv.held,
                       t.status, t.first_scheduled, t.first_token, t.last_token, t.completion,
@@ -72,18 +83,23 @@ class CompiledReplica:
         # per request its client's next one and that one's think time; a heap of releases
         self.clients = (arr.next_of.astype(np.int64), np.asarray(arr.think, np.float64),
                         np.zeros(t.size), np.zeros(t.size, np.int64))
-        self.running = np.zeros(max(s.max_num_seqs, 1), np.int64)
-        self.waiting = np.zeros(t.size + 1, np.int64)
-        self.state = np.zeros(12, np.int64)
-        self.state[K.FREE] = kv.free_blocks
+        self.router = ROUTERS.get(run.cluster.cfg.cluster.router, K.ROUND_ROBIN)
+        rs = np.zeros((R, S.NUM_FIELDS), np.int64)
+        rs[:, S.FREE] = [p.kv.free_blocks for p in pool.parts]
+        ids = lambda: np.zeros((R, m), np.int64)  # noqa: E731
+        # per replica: state, (step start, end), running, batch ids, new and cached tokens;
+        # the waiting queues' links; replicas woken at this instant
+        self.pool = (rs, np.zeros((R, 2)), ids(), ids(), ids(), ids(),
+                     np.zeros(t.size, np.int64), np.zeros(R, np.int64))
+        self.state = np.zeros(K.NUM_STATE, np.int64)
+        self.state[K.PENDING] = -1
         self.clock = np.zeros(1)
         self.cfg = np.array([s.budget, s.max_num_seqs, s.threshold, int(s.chunked),
                              kv.block_size, kv.num_blocks], np.int64)
-        m = len(self.running)
-        ints = [np.zeros(m, np.int64) for _ in range(6)]  # ids, new, ctx, want, need, emit
-        self.bufs = (*ints, np.zeros(m), np.zeros(8), np.zeros(5))
-        cols = list(TIMELINE_COLUMNS.items())[:-1]  # swap_s is always 0 here
-        self.rows = tuple(np.zeros(CHUNK_ROWS, dtype=d) for _, d in cols)
+        self.scratch = (np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64),
+                        np.zeros(m), np.zeros(8), np.zeros(5))  # want, need, emit, gaps, x, cost
+        cols = list(TIMELINE_COLUMNS.values())[:-1] + ["i4"]  # swap_s is 0; + replica
+        self.rows = tuple(np.zeros(CHUNK_ROWS, dtype=d) for d in cols)
         itl = run.itl
         self.itl = (itl.counts, itl.sums, float(itl.LOW_S), float(itl._log_ratio))
 
@@ -93,19 +109,27 @@ class CompiledReplica:
         return float(self.clock[0])
 
     def _flush(self) -> None:
-        """Hand the chunk's timeline rows to the replica's buffer (or step totals)."""
+        """Hand the chunk's timeline rows to each replica's buffer (or step totals)."""
         k = int(self.state[K.ROWS])
-        if k:
-            self.steps.extend(k, *(c[:k] for c in self.rows), 0.0)
-            self.state[K.ROWS] = 0
+        if not k:
+            return
+        cols, replica = [c[:k] for c in self.rows[:-1]], self.rows[-1][:k]
+        if len(self.steps) == 1:
+            self.steps[0].extend(k, *cols, 0.0)
+        else:
+            for r, steps in enumerate(self.steps):
+                mine = replica == r
+                if mine.any():
+                    steps.extend(int(mine.sum()), *(c[mine] for c in cols), 0.0)
+        self.state[K.ROWS] = 0
 
     def advance(self, max_ended: int) -> int:
         """Run until ``max_ended`` requests have ended (or all have); returns how many have."""
         p, st = self.prices, self.state
         prices = (p.tok, p.head_tok, p.head_seq, p.params, p.etas)
         while True:
-            code = K.run(self.table, self.order, self.refusal, self.clients, self.running,
-                         self.waiting, st, self.clock, self.cfg, prices, self.bufs, self.rows,
+            code = K.run(self.table, self.order, self.refusal, self.clients, self.router,
+                         self.pool, st, self.clock, self.cfg, prices, self.scratch, self.rows,
                          self.itl, max_ended)
             if code == K.NEED_TOKENS:
                 p.fill_tokens(int(st[K.NEED]))
@@ -128,5 +152,7 @@ class CompiledReplica:
         rejected = t.status == REJECTED
         t.reject_reason[rejected] = self.refusal[rejected]
         c.submitted[:] = t.replica >= 0
-        c.pools[0].view.outstanding[0] = int(np.count_nonzero((t.replica >= 0)
-                                                              & np.isnan(t.completion)))
+        pool, rs = c.pools[0], self.pool[0]
+        pool.view.outstanding[:] = rs[:, S.OUT]
+        for parts, free in zip(pool.parts, rs[:, S.FREE], strict=True):
+            parts.kv.free_blocks = int(free)

@@ -72,11 +72,15 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("replicas, router", [(1, "round_robin"), (3, "round_robin"),
+                                              (3, "least_outstanding")],
+                         ids=["one", "round_robin", "least_outstanding"])
 @pytest.mark.parametrize("timeline", [True, False], ids=["timeline", "totals"])
 @pytest.mark.parametrize("case", CASES)
-def test_compiled_equals_simpy_engine(tiny_config, requests, case, timeline):
+def test_compiled_equals_simpy_engine(tiny_config, requests, case, timeline, replicas, router):
     fields = {"num_blocks": 200, "block_size": 8, "max_seqs": 16, "budget": 256} | CASES[case]
     cfg = tiny_config("vllm", roofline=True, **fields)
+    cfg.cluster = replace(cfg.cluster, replicas=replicas, router=router)
     cfg.timeline = timeline
     req = workload(requests, np.random.default_rng(len(case)), 120, cfg.scheduler.max_model_len)
     a, b = both_engines(cfg, req)
@@ -117,13 +121,17 @@ def test_closed_loop_clients_match(tiny_config, requests, think):
        num_blocks=st.integers(30, 300), block_size=st.sampled_from([1, 4, 16]),
        max_seqs=st.integers(1, 12), budget=st.integers(16, 400),
        threshold=st.sampled_from([0, 0, 7, 64]), tp=st.sampled_from([1, 2]),
-       clients=st.integers(0, 4), think=st.sampled_from([0.0, 0.01]))
+       clients=st.integers(0, 4), think=st.sampled_from([0.0, 0.01]),
+       replicas=st.sampled_from([1, 1, 2, 3]),
+       router=st.sampled_from(["round_robin", "least_outstanding"]))
 def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, seed,
                                                      num_blocks, block_size, max_seqs,
-                                                     budget, threshold, tp, clients, think):
+                                                     budget, threshold, tp, clients, think,
+                                                     replicas, router):
     cfg = tiny_config("vllm", num_blocks=num_blocks, block_size=block_size, max_seqs=max_seqs,
                       budget=budget, roofline=True, long_prefill_token_threshold=threshold)
-    cfg.cluster = replace(cfg.cluster, tensor_parallel_size=tp)
+    cfg.cluster = replace(cfg.cluster, tensor_parallel_size=tp, replicas=replicas,
+                          router=router)
     rng = np.random.default_rng(seed)
     arrivals = np.sort(rng.exponential(0.05, n).cumsum())
     client = np.where(np.arange(n) < clients * 3, np.arange(n) % max(clients, 1), -1)
@@ -140,7 +148,11 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
     ["workload=closed_loop", "workload.think_time_s=0.5", "workload.think_time_dist=exponential",
      "workload.ramp_up_s=3"],
     ["workload=multi_turn", "workload.rate=6"],
-], ids=["default", "vidur", "moe_tp2", "closed_loop", "closed_loop_think", "multi_turn"])
+    ["cluster.replicas=4", "workload.rate=25"],
+    ["cluster.replicas=3", "cluster.router=least_outstanding", "workload=closed_loop",
+     "workload.concurrency=96", "timeline=false"],
+], ids=["default", "vidur", "moe_tp2", "closed_loop", "closed_loop_think", "multi_turn",
+        "replicas_round_robin", "replicas_least_outstanding"])
 def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_for, overrides):
     cfg = compose_cfg("workload.num_requests=300", *overrides)
     req = requests_for(cfg)
@@ -152,7 +164,9 @@ def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_fo
 
 @pytest.mark.parametrize("overrides, reason", [
     (["engine=python"], "engine=python"),
-    (["cluster.replicas=2"], "more than one replica"),
+    (["cluster.replicas=2", "cluster.router=power_of_two"],
+     "router power_of_two (compiled: round_robin, least_outstanding)"),
+    (["cluster=disagg"], "disaggregated prefill and decode"),
     (["scheduler=sglang"], "not the vLLM scheduler with FCFS"),
     (["scheduler.policy=priority"], "not the vLLM scheduler with FCFS"),
     (["kv_cache.prefix_caching=true"], "prefix caching, swap or state blocks"),
