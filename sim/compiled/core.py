@@ -88,9 +88,9 @@ class CompiledPool:
         rs[:, S.FREE] = [p.kv.free_blocks for p in pool.parts]
         ids = lambda: np.zeros((R, m), np.int64)  # noqa: E731
         # per replica: state, (step start, end), running, batch ids, new and cached tokens;
-        # the waiting queues' links; replicas woken at this instant
+        # the waiting queues' links; what is left to happen at this instant (kernel._now_queue)
         self.pool = (rs, np.zeros((R, 2)), ids(), ids(), ids(), ids(),
-                     np.zeros(t.size, np.int64), np.zeros(R, np.int64))
+                     np.zeros(t.size, np.int64), np.zeros(R + t.size + 1, np.int64))
         self.state = np.zeros(K.NUM_STATE, np.int64)
         self.state[K.PENDING] = -1
         self.clock = np.zeros(1)

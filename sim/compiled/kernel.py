@@ -14,11 +14,14 @@ in the same order and with the same arithmetic;
 ``tests/sim/schedulers/test_compiled_core.py`` holds the two equal. Request state lives in the
 run's ``RequestTable`` arrays, which it updates in place.
 
-Events at one instant: every arrival due then is released before the replicas it woke
-schedule (in the order they were woken), as the SimPy engine's arrival process releases
-them all before the woken replicas run; a replica whose step ends schedules before anything
-else happens, so a client's follow-up with no think time misses the batch formed then (the
-client learns of the completion only after that step).
+Events at one instant follow the SimPy engine's order (by creation): first those created
+before it — steps ending then (two at once: the one begun first) and requests due then;
+a replica whose step ends updates and schedules at once. A replica woken by an arrival, and a
+client's follow-up sent with no think time, are created at the instant: they wait in a queue
+of what is left to happen (``_now_queue``) and run in the order they were created, so a woken
+replica's batch holds a follow-up only if it was sent before the replica woke, and a
+follow-up of a request that ended at a step's end misses the batch the replica forms then
+(the client learns of the completion only after the step).
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from sim.compiled.step_price import price_step
 # ``run``'s return codes
 DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED = range(6)
 # entries of the run's integer state vector
-CURSOR, ENDED, NEED, ROWS, HEAP, PENDING, NWAKE, RR, TURN = range(9)
-NUM_STATE = 9
+CURSOR, ENDED, NEED, ROWS, HEAP, PENDING, QHEAD, QCOUNT, RR, TURN, STEPS = range(11)
+NUM_STATE = 11
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
 ROUND_ROBIN, LEAST_OUTSTANDING = range(2)  # routers
 
@@ -74,14 +77,26 @@ def _heap_pop(heap_t, heap_r, st):
 
 
 @njit(cache=True)
-def _ended(rid, now, clients, st):
+def _now_queue(instant, st, item):
+    """Append ``item`` to the queue of what happens later at this instant: a replica ``r``
+    that woke (``r``) or a client's follow-up ``rid`` due now (``R + rid``), in the order the
+    SimPy engine's zero-delay events would run (the order they were created)."""
+    instant[(st[QHEAD] + st[QCOUNT]) % len(instant)] = item
+    st[QCOUNT] += 1
+
+
+@njit(cache=True)
+def _ended(rid, now, clients, instant, R, st):
     """``rid`` ended at ``now``: its client's next request is released its think time later
-    (``_Arrivals.completed``)."""
+    (``_Arrivals.completed``); at once means after everything already due at this instant."""
     next_of, think, heap_t, heap_r = clients
     st[ENDED] += 1
     nxt = next_of[rid]
     if nxt >= 0:
-        _heap_push(heap_t, heap_r, st, now + think[nxt], nxt)
+        if think[nxt] > 0:
+            _heap_push(heap_t, heap_r, st, now + think[nxt], nxt)
+        else:
+            _now_queue(instant, st, R + nxt)
 
 
 @njit(cache=True)
@@ -120,11 +135,31 @@ def _route(rs, st, router):
 
 
 @njit(cache=True)
-def _release(until, t, order, refusal, clients, router, rs, wnext, wake, st):
-    """Every request due by ``until`` reaches the pool in time order: rejected with its
-    reason, or routed and queued, waking its replica if idle (``_Arrivals.release``)."""
-    arrival, status, completion, replica = t[0], t[6], t[10], t[12]
-    heap_t, heap_r = clients[2], clients[3]
+def _arrive(rid, now, t, refusal, clients, router, pool, st):
+    """``rid`` reaches the pool at ``now``: rejected with its reason, or routed and queued,
+    waking its replica if idle (``_Arrivals.release``, ``Cluster.route``)."""
+    rs, wnext, instant = pool[0], pool[6], pool[7]
+    t[0][rid] = now
+    if refusal[rid]:
+        t[6][rid] = S.REJECTED
+        t[10][rid] = now
+        _ended(rid, now, clients, instant, rs.shape[0], st)
+        return
+    r = _route(rs, st, router)
+    rs[r, S.OUT] += 1
+    t[12][rid] = r
+    t[6][rid] = S.WAITING
+    S.wait_append(rs[r], wnext, rid)
+    if rs[r, S.PHASE] == IDLE:
+        rs[r, S.PHASE] = WOKEN
+        _now_queue(instant, st, r)
+
+
+@njit(cache=True)
+def _release(until, t, order, refusal, clients, router, pool, st):
+    """Every request due by ``until`` (open-loop arrivals, follow-ups after a think time)
+    arrives, in time order."""
+    arrival, heap_t, heap_r = t[0], clients[2], clients[3]
     while True:
         a = arrival[order[st[CURSOR]]] if st[CURSOR] < len(order) else math.inf
         if st[HEAP] and heap_t[0] < a:
@@ -133,26 +168,29 @@ def _release(until, t, order, refusal, clients, router, rs, wnext, wake, st):
                 return
             rid = heap_r[0]
             _heap_pop(heap_t, heap_r, st)
-            arrival[rid] = a
         else:
             if a > until:
                 return
             rid = order[st[CURSOR]]
             st[CURSOR] += 1
-        if refusal[rid]:
-            status[rid] = S.REJECTED
-            completion[rid] = a
-            _ended(rid, a, clients, st)
-            continue
-        r = _route(rs, st, router)
-        rs[r, S.OUT] += 1
-        replica[rid] = r
-        status[rid] = S.WAITING
-        S.wait_append(rs[r], wnext, rid)
-        if rs[r, S.PHASE] == IDLE:
-            rs[r, S.PHASE] = WOKEN
-            wake[st[NWAKE]] = r
-            st[NWAKE] += 1
+        _arrive(rid, a, t, refusal, clients, router, pool, st)
+
+
+@njit(cache=True)
+def _start(r, now, t, pool, st, cfg, want, need):
+    """Replica ``r`` schedules its next batch at ``now``: left to be priced (``PENDING``), or
+    idle until an arrival wakes it."""
+    rs, rf, running, bids, bnew, bctx, wnext = pool[:7]
+    nb = S.schedule(now, t, running[r], rs[r], wnext, cfg, bids[r], bnew[r], bctx[r], want,
+                    need)
+    if nb:
+        rs[r, S.NB], rs[r, S.QLEN], rs[r, S.PHASE] = nb, rs[r, S.WCOUNT], PRICING
+        rf[r, 0] = now
+        st[PENDING] = r
+        st[STEPS] += 1
+        rs[r, S.STARTED] = st[STEPS]  # steps ending together end in the order they started
+    else:
+        rs[r, S.PHASE] = IDLE
 
 
 @njit(cache=True)
@@ -160,7 +198,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         max_ended):
     """Advance the pool (module doc); returns a code of ``DONE`` … ``STALLED``."""
     tok, head_tok, head_seq, prm, etas = prices
-    rs, rf, running, bids, bnew, bctx, wnext, wake = pool
+    rs, rf, running, bids, bnew, bctx, wnext, instant = pool
     want, need, emit, gaps, x, cost = scratch
     n = len(t[0])
     R = rs.shape[0]
@@ -203,37 +241,32 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             st[PENDING] = -1
             continue
         now = clock[0]
-        if st[NWAKE]:  # the first replica woken at this instant schedules
-            r = wake[0]
-            st[NWAKE] -= 1
-            for j in range(st[NWAKE]):
-                wake[j] = wake[j + 1]
-            nb = S.schedule(now, t, running[r], rs[r], wnext, cfg, bids[r], bnew[r], bctx[r],
-                            want, need)
-            if nb:
-                rs[r, S.NB], rs[r, S.QLEN], rs[r, S.PHASE] = nb, rs[r, S.WCOUNT], PRICING
-                rf[r, 0] = now
-                st[PENDING] = r
-            else:
-                rs[r, S.PHASE] = IDLE
-            continue
-        end, r = math.inf, -1  # the next step to end
+        end, r = math.inf, -1  # the next step to end (of two at once, the one begun first)
         for j in range(R):
-            if rs[j, S.PHASE] == BUSY and rf[j, 1] < end:
+            if rs[j, S.PHASE] == BUSY and (rf[j, 1] < end or (
+                    rf[j, 1] == end and rs[j, S.STARTED] < rs[r, S.STARTED])):
                 end, r = rf[j, 1], j
         due = _next_arrival(t, order, clients, st)
-        if due < end:
+        if st[QCOUNT] and min(end, due) > now:
+            # what was left to happen at this instant, in order, once every step end and
+            # arrival due now (events created before this instant) has happened
+            item = instant[st[QHEAD]]
+            st[QHEAD] = (st[QHEAD] + 1) % len(instant)
+            st[QCOUNT] -= 1
+            if item < R:
+                _start(item, now, t, pool, st, cfg, want, need)
+            else:
+                _arrive(item - R, now, t, refusal, clients, router, pool, st)
+        elif due < end:
             clock[0] = due
-            _release(due, t, order, refusal, clients, router, rs, wnext, wake, st)
+            _release(due, t, order, refusal, clients, router, pool, st)
         elif r >= 0:
             clock[0] = end
             done = S.update(end, t, running[r], rs[r], rs[r, S.NB], bids[r], bnew[r], emit,
                             gaps, itl)
             rs[r, S.OUT] -= done
             for j in range(done):
-                _ended(emit[j], end, clients, st)
-            rs[r, S.PHASE] = WOKEN
-            wake[st[NWAKE]] = r
-            st[NWAKE] += 1
+                _ended(emit[j], end, clients, instant, R, st)
+            _start(r, end, t, pool, st, cfg, want, need)  # before anything else happens
         else:
             return DONE if st[ENDED] == n else STALLED

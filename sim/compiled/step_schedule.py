@@ -14,8 +14,8 @@ import math
 from numba import njit
 
 # fields of a replica's integer state row
-FREE, NRUN, WHEAD, WTAIL, WCOUNT, PHASE, NB, QLEN, OUT = range(9)
-NUM_FIELDS = 9
+FREE, NRUN, WHEAD, WTAIL, WCOUNT, PHASE, NB, QLEN, OUT, STARTED = range(10)
+NUM_FIELDS = 10
 WAITING, RUNNING, FINISHED, REJECTED = 1, 2, 3, 4  # sim.state's status codes
 
 

@@ -115,6 +115,42 @@ def test_closed_loop_clients_match(tiny_config, requests, think):
     assert a.requests["status"].isin(["completed", "rejected"]).all()
 
 
+@pytest.mark.parametrize("rejected_first", [True, False])
+def test_zero_delay_events_at_one_instant_keep_the_engines_order(tiny_config, requests,
+                                                                  rejected_first):
+    """At one instant a request wakes the idle replica and a client's request is rejected,
+    its follow-up sent at once: the woken replica's batch holds the follow-up only if the
+    rejection came first (SimPy runs zero-delay events in the order they were created)."""
+    first, rejected = (1, 0) if rejected_first else (0, 1)
+    req = requests([np.nan] * 3, [50] * 3, [5] * 3)
+    req.loc[[first, rejected], "arrival_time_s"] = 1.0
+    req.loc[rejected, "output_tokens"] = 1000  # exceeds max_model_len
+    req["client"] = [-1, -1, 0]
+    req.loc[rejected, "client"] = 0
+    cfg = tiny_config("vllm", roofline=True)
+    a, b = both_engines(cfg, req)
+    assert_same_records(a, b)
+    follow_up = a.requests.loc[2]
+    assert follow_up["arrival_s"] == 1.0
+    assert (follow_up["first_scheduled_s"] == 1.0) == rejected_first
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_replicas_in_lockstep_keep_the_engines_order(tiny_config, requests, router):
+    """Identical requests keep two replicas' steps ending at the same instants; the one that
+    started its step first ends it first, which decides where the follow-ups go."""
+    n, clients = 80, 8
+    req = requests(np.where(np.arange(n) < clients, 0.0, np.nan), np.full(n, 40),
+                   np.full(n, 6))
+    req["client"] = np.arange(n) % clients
+    cfg = tiny_config("vllm", roofline=True, max_seqs=2)
+    cfg.cluster = replace(cfg.cluster, replicas=2, router=router)
+    a, b = both_engines(cfg, req)
+    assert_same_records(a, b)
+    tl = a.timeline
+    assert tl.duplicated(["time_s"]).sum() > 10  # the replicas did step together
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 40), seed=st.integers(0, 2**32 - 1),
@@ -136,7 +172,9 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
     arrivals = np.sort(rng.exponential(0.05, n).cumsum())
     client = np.where(np.arange(n) < clients * 3, np.arange(n) % max(clients, 1), -1)
     arrivals[clients:clients * 3] = np.nan  # each client's 2nd and 3rd request: follow-ups
-    req = requests(arrivals, rng.integers(1, 200, n), rng.integers(1, 60, n))
+    outputs = rng.integers(1, 60, n)
+    outputs[rng.random(n) < 0.1] = 500  # exceeds max_model_len: rejected
+    req = requests(arrivals, rng.integers(1, 200, n), outputs)
     req["client"], req["think_time_s"] = client, np.where(client >= 0, think, 0.0)
     assert_same_records(*both_engines(cfg, req))
 
