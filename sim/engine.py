@@ -35,7 +35,7 @@ from simpy.core import EmptySchedule
 from sim.cluster import Cluster
 from sim.compiled.core import PROGRESS_EVERY, CompiledPool, why_not_compiled
 from sim.records import LogHistogram, Records
-from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable
+from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable, check_releases
 
 
 def next_of_client(client: np.ndarray) -> np.ndarray:
@@ -59,6 +59,9 @@ class _Arrivals:
                  think: np.ndarray, progress) -> None:
         self.env, self.table, self.cluster = env, table, cluster
         self.think, self.next_of = think, next_of_client(client)
+        follow_up = np.zeros(table.size, bool)
+        follow_up[self.next_of[self.next_of >= 0]] = True
+        check_releases(table.arrival, think, follow_up)
         self.progress = progress
         self.done = env.event()
         self._ended = 0

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.errors import ConfigError
+
 # status codes; TRANSFERRING: prefilled, its KV cache on the way to a decode replica
 PENDING, WAITING, RUNNING, FINISHED, REJECTED, TRANSFERRING, FAILED = range(7)
 STATUS_NAMES = ("pending", "waiting", "running", "completed", "rejected", "transferring",
@@ -93,3 +95,29 @@ class RequestTable:
     def fail_reason_names(self) -> np.ndarray:
         """Per request, why it failed ("" unless its status is failed)."""
         return np.where(self.status == FAILED, np.array(FAIL_REASONS)[self.fail_reason], "")
+
+
+def check_releases(arrival: np.ndarray, think: np.ndarray, follow_up: np.ndarray) -> None:
+    """Refuse a request table whose requests cannot all be released as it says: an arrival
+    that is not a finite time ≥ 0 (NaN only for a closed-loop follow-up), a think time that
+    is not, a follow-up (``follow_up``: the next request of its row's client) with an arrival
+    time of its own, or a row with none that is nobody's follow-up. One ``ConfigError``
+    naming the column, the first bad row and its value."""
+    arrival, think = np.asarray(arrival, np.float64), np.asarray(think, np.float64)
+    empty = np.isnan(arrival)
+    checks = (
+        ("arrival_time_s", arrival, ~empty & ~((arrival >= 0) & np.isfinite(arrival)),
+         "a finite time >= 0 in seconds"),
+        ("think_time_s", think, ~(np.isfinite(think) & (think >= 0)),
+         "a finite time >= 0 in seconds"),
+        ("arrival_time_s", arrival, follow_up & ~empty,
+         "empty (NaN): the row follows its client's previous request, which releases it"),
+        ("arrival_time_s", arrival, ~follow_up & empty,
+         "a time: the row is the first of its client (or of no client), so nothing else "
+         "releases it"),
+    )
+    for column, values, bad, expected in checks:
+        rows = np.flatnonzero(bad)
+        if len(rows):
+            raise ConfigError(f"requests.{column} (row {rows[0]})", float(values[rows[0]]),
+                              expected)

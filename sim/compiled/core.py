@@ -81,8 +81,10 @@ class CompiledPool:
         self.refusal = run.cluster.refusal
         arr = run.arrivals
         # per request its client's next one and that one's think time; a heap of releases
+        # (time, creation stamp, request)
         self.clients = (arr.next_of.astype(np.int64), np.asarray(arr.think, np.float64),
-                        np.zeros(t.size), np.zeros(t.size, np.int64))
+                        (np.zeros(t.size), np.zeros(t.size, np.int64),
+                         np.zeros(t.size, np.int64)))
         self.router = ROUTERS.get(run.cluster.cfg.cluster.router, K.ROUND_ROBIN)
         rs = np.zeros((R, S.NUM_FIELDS), np.int64)
         rs[:, S.FREE] = [p.kv.free_blocks for p in pool.parts]

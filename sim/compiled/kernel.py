@@ -36,44 +36,60 @@ from sim.compiled.step_price import price_step
 # ``run``'s return codes
 DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED = range(6)
 # entries of the run's integer state vector
-CURSOR, ENDED, NEED, ROWS, HEAP, PENDING, QHEAD, QCOUNT, RR, TURN, STEPS = range(11)
-NUM_STATE = 11
+(CURSOR, ENDED, NEED, ROWS, HEAP, PENDING, QHEAD, QCOUNT, RR, TURN, STAMP,
+ OPEN_STAMP) = range(12)
+NUM_STATE = 12
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
 ROUND_ROBIN, LEAST_OUTSTANDING = range(2)  # routers
 
 
 @njit(cache=True)
-def _heap_push(heap_t, heap_r, st, time, rid):
-    """Add (``time``, ``rid``) to the binary heap of pending follow-up releases."""
+def _before(t1, s1, t2, s2):
+    """Whether the event (time ``t1``, stamp ``s1``) comes before (``t2``, ``s2``)."""
+    return t1 < t2 or (t1 == t2 and s1 < s2)
+
+
+@njit(cache=True)
+def _stamp(st):
+    """A new creation stamp: events due at one time run in the order they were created, as
+    SimPy runs the events it schedules for one time (``sim.engine``, ``sim.replica``)."""
+    st[STAMP] += 1
+    return st[STAMP]
+
+
+@njit(cache=True)
+def _heap_push(heap, st, time, rid):
+    """Add ``rid``'s release at ``time`` to the heap of follow-ups sent after a think time."""
+    heap_t, heap_s, heap_r = heap
+    stamp = _stamp(st)
     i = st[HEAP]
     st[HEAP] += 1
     while i > 0:
         p = (i - 1) // 2
-        if heap_t[p] < time or (heap_t[p] == time and heap_r[p] < rid):
+        if _before(heap_t[p], heap_s[p], time, stamp):
             break
-        heap_t[i], heap_r[i] = heap_t[p], heap_r[p]
+        heap_t[i], heap_s[i], heap_r[i] = heap_t[p], heap_s[p], heap_r[p]
         i = p
-    heap_t[i], heap_r[i] = time, rid
+    heap_t[i], heap_s[i], heap_r[i] = time, stamp, rid
 
 
 @njit(cache=True)
-def _heap_pop(heap_t, heap_r, st):
-    """Remove the heap's smallest (time, rid)."""
+def _heap_pop(heap, st):
+    """Remove the heap's first release."""
+    heap_t, heap_s, heap_r = heap
     n = st[HEAP] - 1
     st[HEAP] = n
-    time, rid = heap_t[n], heap_r[n]
+    time, stamp, rid = heap_t[n], heap_s[n], heap_r[n]
     i = 0
     while 2 * i + 1 < n:
         c = 2 * i + 1
-        if c + 1 < n and (heap_t[c + 1] < heap_t[c]
-                          or (heap_t[c + 1] == heap_t[c] and heap_r[c + 1] < heap_r[c])):
+        if c + 1 < n and _before(heap_t[c + 1], heap_s[c + 1], heap_t[c], heap_s[c]):
             c += 1
-        if heap_t[c] < time or (heap_t[c] == time and heap_r[c] < rid):
-            heap_t[i], heap_r[i] = heap_t[c], heap_r[c]
-            i = c
-        else:
+        if not _before(heap_t[c], heap_s[c], time, stamp):
             break
-    heap_t[i], heap_r[i] = time, rid
+        heap_t[i], heap_s[i], heap_r[i] = heap_t[c], heap_s[c], heap_r[c]
+        i = c
+    heap_t[i], heap_s[i], heap_r[i] = time, stamp, rid
 
 
 @njit(cache=True)
@@ -89,23 +105,14 @@ def _now_queue(instant, st, item):
 def _ended(rid, now, clients, instant, R, st):
     """``rid`` ended at ``now``: its client's next request is released its think time later
     (``_Arrivals.completed``); at once means after everything already due at this instant."""
-    next_of, think, heap_t, heap_r = clients
+    next_of, think, heap = clients
     st[ENDED] += 1
     nxt = next_of[rid]
     if nxt >= 0:
         if think[nxt] > 0:
-            _heap_push(heap_t, heap_r, st, now + think[nxt], nxt)
+            _heap_push(heap, st, now + think[nxt], nxt)
         else:
             _now_queue(instant, st, R + nxt)
-
-
-@njit(cache=True)
-def _next_arrival(t, order, clients, st):
-    """When the next request reaches the pool (inf: none is known)."""
-    a = t[0][order[st[CURSOR]]] if st[CURSOR] < len(order) else math.inf
-    if st[HEAP]:
-        a = min(a, clients[2][0])
-    return a
 
 
 @njit(cache=True)
@@ -156,24 +163,16 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st):
 
 
 @njit(cache=True)
-def _release(until, t, order, refusal, clients, router, pool, st):
-    """Every request due by ``until`` (open-loop arrivals, follow-ups after a think time)
-    arrives, in time order."""
-    arrival, heap_t, heap_r = t[0], clients[2], clients[3]
-    while True:
-        a = arrival[order[st[CURSOR]]] if st[CURSOR] < len(order) else math.inf
-        if st[HEAP] and heap_t[0] < a:
-            a = heap_t[0]
-            if a > until:
-                return
-            rid = heap_r[0]
-            _heap_pop(heap_t, heap_r, st)
-        else:
-            if a > until:
-                return
-            rid = order[st[CURSOR]]
-            st[CURSOR] += 1
-        _arrive(rid, a, t, refusal, clients, router, pool, st)
+def _release_open(t, order, refusal, clients, router, pool, st):
+    """The open-loop requests due now arrive, in order (``_Arrivals._open_loop`` releases
+    those of one time in one go), then the wait for the next one begins."""
+    arrival = t[0]
+    now = arrival[order[st[CURSOR]]]
+    while st[CURSOR] < len(order) and arrival[order[st[CURSOR]]] == now:
+        rid = order[st[CURSOR]]
+        st[CURSOR] += 1
+        _arrive(rid, now, t, refusal, clients, router, pool, st)
+    st[OPEN_STAMP] = _stamp(st)
 
 
 @njit(cache=True)
@@ -187,8 +186,7 @@ def _start(r, now, t, pool, st, cfg, want, need):
         rs[r, S.NB], rs[r, S.QLEN], rs[r, S.PHASE] = nb, rs[r, S.WCOUNT], PRICING
         rf[r, 0] = now
         st[PENDING] = r
-        st[STEPS] += 1
-        rs[r, S.STARTED] = st[STEPS]  # steps ending together end in the order they started
+        rs[r, S.STARTED] = _stamp(st)  # its end is due from now on
     else:
         rs[r, S.PHASE] = IDLE
 
@@ -203,8 +201,6 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
     n = len(t[0])
     R = rs.shape[0]
     while True:
-        if st[ENDED] >= max_ended:
-            return DONE if st[ENDED] == n else ENOUGH_ENDED
         p = st[PENDING]
         if p >= 0:  # price the step replica p scheduled, record it, start it
             nb = rs[p, S.NB]
@@ -240,16 +236,24 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             rs[p, S.PHASE] = BUSY
             st[PENDING] = -1
             continue
+        if st[ENDED] >= max_ended:  # (a step is recorded when it starts, as in SimPy)
+            return DONE if st[ENDED] == n else ENOUGH_ENDED
         now = clock[0]
-        end, r = math.inf, -1  # the next step to end (of two at once, the one begun first)
+        # the next event created before now: a step's end, open-loop requests, a follow-up
+        when, stamp, kind, r = math.inf, 0, -1, -1
         for j in range(R):
-            if rs[j, S.PHASE] == BUSY and (rf[j, 1] < end or (
-                    rf[j, 1] == end and rs[j, S.STARTED] < rs[r, S.STARTED])):
-                end, r = rf[j, 1], j
-        due = _next_arrival(t, order, clients, st)
-        if st[QCOUNT] and min(end, due) > now:
-            # what was left to happen at this instant, in order, once every step end and
-            # arrival due now (events created before this instant) has happened
+            if rs[j, S.PHASE] == BUSY and _before(rf[j, 1], rs[j, S.STARTED], when, stamp):
+                when, stamp, kind, r = rf[j, 1], rs[j, S.STARTED], 0, j
+        if st[CURSOR] < len(order):
+            a = t[0][order[st[CURSOR]]]
+            if _before(a, st[OPEN_STAMP], when, stamp):
+                when, stamp, kind = a, st[OPEN_STAMP], 1
+        heap = clients[2]
+        if st[HEAP] and _before(heap[0][0], heap[1][0], when, stamp):
+            when, stamp, kind = heap[0][0], heap[1][0], 2
+        if st[QCOUNT] and when > now:
+            # what was created at this instant, in order, once everything created before
+            # and due now has happened
             item = instant[st[QHEAD]]
             st[QHEAD] = (st[QHEAD] + 1) % len(instant)
             st[QCOUNT] -= 1
@@ -257,16 +261,20 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
                 _start(item, now, t, pool, st, cfg, want, need)
             else:
                 _arrive(item - R, now, t, refusal, clients, router, pool, st)
-        elif due < end:
-            clock[0] = due
-            _release(due, t, order, refusal, clients, router, pool, st)
-        elif r >= 0:
-            clock[0] = end
-            done = S.update(end, t, running[r], rs[r], rs[r, S.NB], bids[r], bnew[r], emit,
+            continue
+        if kind < 0:
+            return DONE if st[ENDED] == n else STALLED
+        clock[0] = when
+        if kind == 1:
+            _release_open(t, order, refusal, clients, router, pool, st)
+        elif kind == 2:
+            rid = heap[2][0]
+            _heap_pop(heap, st)
+            _arrive(rid, when, t, refusal, clients, router, pool, st)
+        else:
+            done = S.update(when, t, running[r], rs[r], rs[r, S.NB], bids[r], bnew[r], emit,
                             gaps, itl)
             rs[r, S.OUT] -= done
             for j in range(done):
-                _ended(emit[j], end, clients, instant, R, st)
-            _start(r, end, t, pool, st, cfg, want, need)  # before anything else happens
-        else:
-            return DONE if st[ENDED] == n else STALLED
+                _ended(emit[j], when, clients, instant, R, st)
+            _start(r, when, t, pool, st, cfg, want, need)  # before anything else happens

@@ -151,6 +151,45 @@ def test_replicas_in_lockstep_keep_the_engines_order(tiny_config, requests, rout
     assert tl.duplicated(["time_s"]).sum() > 10  # the replicas did step together
 
 
+@pytest.mark.parametrize("case", ["follow_ups", "follow_up_and_arrival", "arrival_at_step_end"])
+def test_events_due_at_one_time_run_in_creation_order(tiny_config, requests, case):
+    """Events due at one float time run in the order they were created, as in SimPy."""
+    cfg = tiny_config("vllm", roofline=True, max_seqs=8, budget=16)
+    if case == "follow_ups":  # two follow-ups due together, sent in the order of completion
+        req = requests([1e-9, 0.0, np.nan, np.nan], [12] * 4, [2, 3, 3, 3])
+        req["client"], req["think_time_s"] = [0, 1, 0, 1], 0.5
+    elif case == "follow_up_and_arrival":  # the follow-up's event (0.25 s) is the older
+        req = requests([0.25, np.nan, 0.5, 1.0], [10] * 4, [1000, 5, 5, 5])
+        req["client"], req["think_time_s"] = [0, 0, -1, -1], [0.0, 0.75, 0.0, 0.0]
+        cfg.cluster = replace(cfg.cluster, replicas=2)
+    else:  # an arrival due when a step ends, its event made before the step began
+        cfg.engine = "python"
+        tl = simulate(cfg, requests([0.0], [10], [5])).timeline
+        req = requests([0.0, tl["time_s"][0] + tl["step_time_s"][0]], [10, 10], [5, 5])
+    assert_same_records(*both_engines(cfg, req))
+
+
+@pytest.mark.parametrize("column, value, row, message", [
+    ("arrival_time_s", -1.0, 0, "finite time >= 0"),
+    ("arrival_time_s", np.inf, 1, "finite time >= 0"),
+    ("think_time_s", -0.1, 1, "finite time >= 0"),
+    ("think_time_s", np.nan, 1, "finite time >= 0"),
+    ("arrival_time_s", 0.3, 1, "follows its client's previous request"),
+    ("arrival_time_s", np.nan, 2, "nothing else releases it"),
+])
+def test_a_request_table_that_cannot_be_released_is_one_error(tiny_config, requests, column,
+                                                               value, row, message):
+    req = requests([0.0, np.nan, 0.2], [10] * 3, [5] * 3)
+    req["client"] = [0, 0, -1]
+    req.loc[row, column] = value
+    for engine in ("python", "auto"):
+        cfg = tiny_config("vllm", roofline=True)
+        cfg.engine = engine
+        with pytest.raises(ConfigError, match=message) as err:
+            simulate(cfg, req)
+        assert err.value.field == f"requests.{column} (row {row})"
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 40), seed=st.integers(0, 2**32 - 1),
