@@ -58,6 +58,7 @@ from sim.builders import (
     pool_tp_field,
     replica_memory_budget,
 )
+from sim.compiled.core import ENGINES
 from sim.config import check_cluster, check_hardware, check_parallelism
 from sim.config.diffusion_cluster import (
     check_diffusion_cluster,
@@ -198,13 +199,16 @@ def check_finite(cfg: Any) -> None:
 
 def check_run_fields(cfg: Any) -> None:
     """The run's own fields: ``seed`` seeds a ``numpy.random.SeedSequence`` (an integer
-    >= 0); ``progress`` is auto, true or false."""
+    >= 0); ``progress`` is auto, true or false; ``engine`` is auto or python."""
     seed = cfg.seed
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError("seed", seed, "an integer >= 0")
     progress = getattr(cfg, "progress", "auto")
     if str(progress).lower() not in PROGRESS_VALUES:
         raise ConfigError("progress", progress, "one of auto, true, false")
+    engine = getattr(cfg, "engine", "auto")
+    if engine not in ENGINES:
+        raise ConfigError("engine", engine, f"one of {list(ENGINES)}")
 
 
 def check_cluster_scale(cfg: Any) -> None:

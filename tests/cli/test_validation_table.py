@@ -115,6 +115,7 @@ CASES: dict[str, Case] = {
     "non_finite_slo": C("slo.ttft_ms=inf", expect=("slo.ttft_ms=inf",)),
     "seed_negative": C("seed=-1", expect=("seed=-1",)),
     "progress_unknown": C("progress=maybe", expect=("progress='maybe'",)),
+    "engine_unknown": C("engine=numba", expect=("engine='numba'",)),
     # ---- model
     "model_dim_positive": C("model.num_hidden_layers=0", expect=("model.num_hidden_layers=0",)),
     "model_int_negative": C("model.q_lora_rank=-1", expect=("model.q_lora_rank=-1",)),
