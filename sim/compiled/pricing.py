@@ -24,9 +24,8 @@ import numpy as np
 from sim.cost.base import BOUNDS
 from sim.cost.eta import Eta
 from sim.cost.layers import head_seq_ops, head_token_ops
-from sim.cost.operators import AttentionEfficiency
 from sim.cost.pricing import ACT_BYTES
-from sim.cost.roofline import BOUND_INDEX, RooflineCostModel
+from sim.cost.roofline import BOUND_INDEX, RooflineCostModel, bound_parts
 
 # the shape variables of ``sim.cost.operators.attention_axes``, in the kernel's order
 AXES = ("q", "s", "u", "d", "kv", "c", "i", "g")
@@ -65,13 +64,13 @@ class Prices:
             hw.hbm_bandwidth, hw.num_sms, m.host_overhead_s, m.host_per_seq_s,
             pre.launch_s, pre.unit_s, pre.block_q, dec.launch_s, dec.unit_s, dec.block_q,
         ], dtype=np.float64)
-        self.etas = pack_etas(_etas(pre) + _etas(dec))
+        self.etas = pack_etas([pre.compute, pre.memory, dec.compute, dec.memory])
 
     def fill_tokens(self, T: int) -> None:
         """Price the token-count rows of a step of ``T`` tokens."""
         m = self.model
         self.tok[T] = m._stage_token_parts(T, T)[0]
-        self.head_tok[T] = _parts(head_token_ops(m.p, m.g, m.hw, T))
+        self.head_tok[T] = bound_parts(head_token_ops(m.p, m.g, m.hw, T))
 
     def fill_seqs(self, S: int) -> None:
         """Price the per-sequence head operators of a step of ``S`` sequences."""
@@ -79,17 +78,6 @@ class Prices:
         self.head_seq[S] = 0.0
         for j, op in enumerate(head_seq_ops(m.p, m.g, m.hw, S)):
             self.head_seq[S, j, BOUND_INDEX[op.bound]] = op.time_s
-
-
-def _parts(ops) -> np.ndarray:
-    out = np.zeros(3)
-    for op in ops:
-        out[BOUND_INDEX[op.bound]] += op.time_s
-    return out
-
-
-def _etas(e: AttentionEfficiency) -> list[Eta]:
-    return [e.compute, e.memory]
 
 
 def pack_etas(etas: list[Eta]) -> tuple:

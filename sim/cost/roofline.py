@@ -65,7 +65,7 @@ def _parse_calibration(path: str, mtime_ns: int) -> tuple[Efficiency, dict]:
     return Efficiency.from_dict(doc["parameters"]), doc
 
 
-def _parts(ops) -> np.ndarray:
+def bound_parts(ops) -> np.ndarray:
     """(compute, memory, comm) time of a list of operators."""
     out = np.zeros(3)
     for op in ops:
@@ -140,7 +140,7 @@ class RooflineCostModel:
 
     def _token_stage_parts(self, T: int, S: int) -> list[np.ndarray]:
         ops = layer_token_ops(self.p, self.g, self.hw, T, S)
-        per_kind = {kind: _parts(ops[kind]) for kind in ops}
+        per_kind = {kind: bound_parts(ops[kind]) for kind in ops}
         stages = []
         for counts in self.stages:
             total = np.zeros(3)
@@ -151,7 +151,7 @@ class RooflineCostModel:
         return stages
 
     def _head(self, T: int, S: int) -> np.ndarray:
-        return self._head_parts.get_or((T, S), lambda: _parts(
+        return self._head_parts.get_or((T, S), lambda: bound_parts(
             sum(head_ops(self.p, self.g, self.hw, T, S), [])))
 
     def _send_time(self, tokens: int) -> float:
@@ -270,7 +270,7 @@ class RooflineCostModel:
         if self.pp > 1:
             ops += merge(send_ops(self.p, self.hw, self.tp, self.pp,
                                   max(int(n[mb].sum()) for mb in mbs), self.g.hidden))
-            split = np.array([step.compute_s, step.memory_s, step.comm_s]) - _parts(ops)
+            split = np.array([step.compute_s, step.memory_s, step.comm_s]) - bound_parts(ops)
             bound = ("compute", "memory", "comm")[int(np.argmax(split))]
             ops.append(OperatorCost("pp_bubble", 1, 0.0, 0.0, float(split.sum()), bound))
         return ops + [OperatorCost("host_overhead", 1, 0.0, 0.0, step.host_s, "host")]
