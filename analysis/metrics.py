@@ -97,7 +97,8 @@ def summarize(records: Records, slo=None) -> dict:
     s.update(
         {
             k: records.meta[k]
-            for k in ("num_gpu_blocks", "max_concurrent_tokens", "invariant_checks", "engine")
+            for k in ("num_gpu_blocks", "max_concurrent_tokens", "invariant_checks", "engine",
+                      "frontend")
             if k in records.meta
         }
     )

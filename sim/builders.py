@@ -20,8 +20,10 @@ from sim.config import (
     check_scheduler,
 )
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
+from sim.cost.cuda_graphs import capture_sizes
 from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
+from sim.frontend import FRONTEND_KEYS, FrontendCosts
 from sim.kv_cache import PagedKVCache, build_kv_cache
 from sim.memory import (
     GIB,
@@ -59,23 +61,50 @@ def check_config(cfg) -> None:
     check_cost_model(cfg.cost_model)
 
 
+def calibration_of(cfg) -> tuple:
+    """The calibrated efficiencies and document of ``cfg``'s hardware and backend
+    (``cost_model.calibration``, or ``hardware.calibration`` when that is ``auto``)."""
+    c = cfg.cost_model
+    if c.calibration == "auto":
+        return load_calibration(cfg.hardware.calibration, cfg.backend.name)
+    return load_calibration(c.calibration, cfg.backend.name, "cost_model.calibration")
+
+
+def build_frontend_costs(cfg) -> FrontendCosts:
+    """The API server's costs (``sim.frontend``): each ``backend.frontend`` key, or where it is
+    null the calibrated file's ``frontend:`` block (none under ``cost_model=constant``, whose
+    runs check queueing theory: a frontend there is only what the config sets)."""
+    given = getattr(cfg.backend, "frontend", None)
+    calibrated = {}
+    if cfg.cost_model.name == "roofline":
+        calibrated = calibration_of(cfg)[1].get("frontend") or {}
+    values = {}
+    for key in FRONTEND_KEYS:
+        value = getattr(given, key, None)
+        values[key] = float(calibrated.get(key, 0.0) if value is None else value)
+    return FrontendCosts.from_units(**values)
+
+
 def build_cost_model(cfg) -> CostModel:
     """The configured cost model for one replica of ``cfg.model`` on ``cfg.hardware``."""
     c = cfg.cost_model
     if c.name == "constant":
         return ConstantCostModel(c.step_time_ms * 1e-3)
-    if c.calibration == "auto":
-        eff, doc = load_calibration(cfg.hardware.calibration, cfg.backend.name)
-    else:
-        eff, doc = load_calibration(c.calibration, cfg.backend.name, "cost_model.calibration")
+    eff, doc = calibration_of(cfg)
     host_ms = doc["host"]["overhead_ms"] if c.host_overhead_ms is None else c.host_overhead_ms
     per_seq_us = (doc["host"]["per_seq_us"] if c.host_overhead_per_seq_us is None
                   else c.host_overhead_per_seq_us)
     cl = cfg.cluster
+    b, sched = cfg.backend, cfg.scheduler
+    graphs = capture_sizes(b.name, sched.max_num_seqs, sched.max_num_batched_tokens,
+                           cl.tensor_parallel_size, bool(getattr(b, "enforce_eager", False)),
+                           getattr(b, "cuda_graph_max_bs", None))
     return RooflineCostModel(cfg.model, cfg.hardware, cl.tensor_parallel_size,
                              kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,
                              host_ms * 1e-3, per_seq_us * 1e-6,
-                             pp=cl.pipeline_parallel_size, ep=cl.expert_parallel_size)
+                             pp=cl.pipeline_parallel_size, ep=cl.expert_parallel_size,
+                             graphs=graphs,
+                             async_scheduling=bool(getattr(b, "async_scheduling", False)))
 
 
 def plain(cfg) -> SimpleNamespace:
@@ -93,7 +122,7 @@ def replica_memory_budget(cfg) -> MemoryBudget:
     c = cfg.cluster
     return memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache,
                          c.tensor_parallel_size, ep=c.expert_parallel_size,
-                         pp=c.pipeline_parallel_size)
+                         pp=c.pipeline_parallel_size, rule=cfg.backend.name)
 
 
 def pool_configs(cfg) -> dict[str, SimpleNamespace]:

@@ -36,6 +36,7 @@ import simpy
 
 from sim.builders import (
     ReplicaParts,
+    build_frontend_costs,
     build_replica_parts,
     ignored_settings,
     naming_pool_field,
@@ -46,6 +47,7 @@ from sim.config import check_cluster
 from sim.disagg import Disaggregation
 from sim.errors import ConfigError
 from sim.faults import fault_meta, link_schedule, stragglers
+from sim.frontend import FrontendServer
 from sim.invariants import InvariantChecker
 from sim.records import ColumnBuffer, LogHistogram
 from sim.replica import TIMELINE_COLUMNS, Replica
@@ -109,6 +111,11 @@ class Cluster:
         if c.link_degradation.mtbd_s is not None and not c.disaggregated:
             log.warning("cluster.link_degradation is ignored: the cluster is not "
                         "disaggregated (no KV transfers)")
+        # each replica's API server (sim.frontend), None when it costs nothing
+        self.frontend_costs = build_frontend_costs(self.cfg)
+        self.engine_arrival = None if self.frontend_costs.is_wire else \
+            np.full(table.size, np.nan)
+        self.frontend_service_s = self.frontend_costs.service_times(table.prompt)
         self.pools: list[Pool] = []
         if c.disaggregated:
             self.prefill_table = RequestTable(table.arrival, table.prompt,
@@ -159,12 +166,14 @@ class Cluster:
                     [self._build(pool_cfg, table, itl, tp_field) for _ in range(size)])
         pool.on_finish = self._finished
         for r, parts in enumerate(pool.parts):
+            frontend = None if self.engine_arrival is None else FrontendServer(
+                self.frontend_costs, self.frontend_service_s, self.engine_arrival)
             pool.replicas.append(Replica(
                 self.env, parts.scheduler, parts.cost_model,
                 on_complete=lambda ids, now, p=pool, r=r: p.on_finish(p, r, ids, now),
                 fast_forward=self.fast_forward, gid=first + r,
                 speed=self.speeds.get(first + r), check=self.checker,
-                timeline=self.keep_timeline))
+                timeline=self.keep_timeline, frontend=frontend))
         meta = pool.parts[0].meta
         kv_tokens = (meta["num_gpu_blocks"] - 1) * meta["block_size"]
         pool.view = PoolView([p.scheduler for p in pool.parts], table, self.hash_ids, kv_tokens,
@@ -283,6 +292,7 @@ class Cluster:
         mine = np.flatnonzero(t.replica == pool.first + r)
         status = t.status[mine]
         lost = mine[(status == WAITING) | (status == RUNNING) | (status == TRANSFERRING)]
+        lost = np.union1d(lost, pool.replicas[r].take_frontend_queue())  # not yet in the engine
         moving = t.status[lost] == TRANSFERRING
         self.held[lost] = 0
         t.retry(lost)
@@ -377,6 +387,7 @@ class Cluster:
                     failures=[{"replica": int(g), "down_s": float(a),
                                "up_s": None if np.isnan(b) else float(b)} for g, a, b in log])
         meta.update(fault_meta(self.cfg.cluster, self.speeds, self.link, sim_time_s))
+        meta["frontend"] = self.frontend_costs.as_dict()
         if self.checker is not None:
             meta["invariant_checks"] = self.checker.counts()
         if self.disagg is not None:

@@ -114,8 +114,9 @@ class _Arrivals:
                 # Even with no think time the follow-up reaches the server through an event:
                 # the client only learns of the completion after the step, so the follow-up
                 # cannot join the batch the replica forms at this instant.
-                delay = float(self.think[nxt])
-                heapq.heappush(self._delayed, (now + delay, nxt))
+                # ``now`` is when the client saw the end (after the frontend streamed it)
+                delay = now + float(self.think[nxt]) - self.env.now
+                heapq.heappush(self._delayed, (now + float(self.think[nxt]), nxt))
                 self.env.timeout(delay).callbacks.append(
                     lambda _e, r=nxt: self._release_delayed(r))
         self._ended += len(ids)
@@ -269,6 +270,9 @@ def llm_records(run: LLMRun, interrupted: bool, now: float | None = None) -> Rec
     if cluster.checker is not None:
         cluster.checker.check_all(-1, "at the end of the run")
     frame = _request_frame(cluster, run.client)
+    frame.insert(frame.columns.get_loc("first_scheduled_s"), "engine_arrival_s",
+                 cluster.engine_arrival if cluster.engine_arrival is not None
+                 else frame["arrival_s"])
     if "request_class" in requests:
         frame.insert(2, "request_class", requests["request_class"].to_numpy())
     if run.ttft_slo is not None:

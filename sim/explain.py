@@ -49,6 +49,7 @@ from analysis.roofline_chart import write_roofline_chart
 from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
 from sim.errors import ConfigError
 from sim.kv_cache import kv_blocks
+from sim.kv_rules import startup_lines
 from sim.preflight import compose_or_exit
 
 DEFAULT_BATCH = "prefill:1x4096+decode:64x2000"
@@ -181,6 +182,11 @@ def memory_plan(cfg, context: int) -> dict:
         "state_blocks_per_request": state_blocks, "kv_limited_seqs": kv_limit,
         "max_num_seqs": cfg.scheduler.max_num_seqs,
         "max_concurrent_seqs": min(kv_limit, cfg.scheduler.max_num_seqs),
+        "rule": b.rule, "memory_fraction": b.memory_fraction,
+        "engine_log": startup_lines(
+            b, b.block_bytes // b.block_size,
+            cfg.scheduler.max_model_len or cfg.model.max_position_embeddings,
+            cfg.model.max_position_embeddings),
     }
 
 
@@ -235,10 +241,12 @@ def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict |
         lines.append(f"fixed per-request state: {kv['state_bytes_per_request']:,} bytes per "
                      "GPU (does not grow with context)")
     if plan:
-        lines += ["", f"memory plan per GPU: {plan['usable_gib']:.2f} GiB usable = "
-                  f"{plan['weights_gib']:.2f} weights + {plan['activations_gib']:.2f} "
-                  f"activations + {plan['other_gib']:.2f} other + {plan['kv_cache_gib']:.2f} "
-                  "KV cache",
+        lines += ["", f"memory plan per GPU ({plan['rule']}'s rule, memory fraction "
+                  f"{plan['memory_fraction']}): {plan['usable_gib']:.2f} GiB usable, "
+                  f"{plan['weights_gib']:.2f} weights, {plan['activations_gib']:.2f} "
+                  f"activations, {plan['other_gib']:.2f} other, {plan['kv_cache_gib']:.2f} "
+                  "KV cache (sim/kv_rules.py)",
+                  f"as {plan['rule']} would log it: " + "; ".join(plan["engine_log"]),
                   f"KV cache: {plan['num_gpu_blocks']:,} blocks"
                   + (f" (override; memory gives {plan['memory_num_gpu_blocks']:,})"
                      if plan["override"] else "")

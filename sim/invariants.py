@@ -210,7 +210,12 @@ class InvariantChecker:
         # a decode window sleeps ``end − start`` seconds, so the clock may stop an ulp short
         # of the step end it stamps
         now += 1e-12 * max(1.0, abs(now))
+        # what clients see is stamped when a frontend has streamed it, up to its free time
+        seen = max([now] + [rep.frontend.free_at for p in self.cluster.pools
+                            for rep in p.replicas if rep.frontend is not None])
         for what, x in chain[1:]:
+            if what in ("first_token", "last_token", "completion"):
+                now = seen
             bad = np.flatnonzero(x > now)
             if len(bad):
                 self._raise("timestamps", gid, name(bad), f"{what} in the future{self._when}")
@@ -242,6 +247,8 @@ class InvariantChecker:
                 if rep.up:
                     s = rep.scheduler
                     places += [(_ids(s.waiting), None, None), (_ids(s.running), None, None)]
+                # routed here, still in its frontend (sim.frontend)
+                places.append((_ids(rep.in_frontend), pool.table, PENDING))
             places.append((np.asarray(pool.parked, np.int64), pool.table, PENDING))
         if c.disagg is not None:
             places += [(_ids(c.disagg.in_flight), t, TRANSFERRING),

@@ -48,8 +48,10 @@ from sim.config.common import WEIGHT_DTYPE_BYTES, activation_dtype
 from sim.config.model import MOE_DTYPE_BYTES, expert_dtype, layer_kinds
 from sim.config.parallel import pipeline_stage_layers
 from sim.errors import ConfigError
+from sim.kv_rules import kv_memory
 
 GIB = 1024**3
+SAMPLER_BYTES = 4 + 4 + 8  # per request and vocab entry: fp32 logits, sorted copy, int64 indices
 SMALL_BYTES = 2  # norms, biases, routers, conv weights, embeddings: 16-bit
 
 
@@ -274,15 +276,18 @@ def activation_peak_bytes(
     stage: Stage | None = None,
 ) -> int:
     """Peak activation memory of vLLM's profiling run, per GPU of ``stage`` (default: the
-    whole model on one stage; an estimate).
+    whole model on one stage; an estimate of what ``torch_peak_increase`` measures).
 
-    The widest live tensors of a forward pass over the full token budget: hidden state and
-    residual, the attention projections' output, and the MLP's gate/up output and its
-    activation (MoE: per routed copy of a token, plus its output before the combine, and the
-    shared experts) of the stage's layer kinds; plus, on the last stage (where the sampler
-    runs), fp32 logits for every sequence the sampler may see.
+    The larger of the forward pass and the sampler that follows it (the forward's tensors
+    are freed by then). The forward (``forward_activation_bytes``) runs the full token budget.
+    On the last stage the sampler runs on the logits of ``min(max_num_batched_tokens,
+    max_num_seqs)`` requests (``_dummy_sampler_run``): the fp32 logits, and top-k/top-p's
+    sorted fp32 copy with its int64 indices (``apply_top_k_top_p``), 16 bytes per request and
+    vocabulary entry. With tensor parallelism every GPU gathers the whole vocabulary.
     """
     m, t, st = model, sched.max_num_batched_tokens, stage or _whole(model)
+    if not len(st.layers):
+        return 0
     kinds = layer_kinds(m)[st.layers.start:st.layers.stop]
     attn = max(_attention_width(m, kind, tp) for kind in set(kinds))
     moe_from = m.first_k_dense_replace if m.num_experts else m.num_hidden_layers
@@ -292,9 +297,19 @@ def activation_peak_bytes(
     if st.layers.stop > moe_from:
         routed = 3 * m.moe_intermediate_size // max(1, tp // ep) + m.hidden_size
         widths.append(m.num_experts_per_tok * routed + 3 * m.shared_expert_intermediate_size // tp)
-    per_token = (2 * m.hidden_size + attn + max(widths)) * activation_dtype_bytes(m)
-    logits = sched.max_num_seqs * m.vocab_size * 4 if st.last else 0
-    return t * per_token + logits
+    forward = t * (2 * m.hidden_size + attn + max(widths)) * activation_dtype_bytes(m)
+    requests = min(t, sched.max_num_seqs)
+    sampler = requests * m.vocab_size * SAMPLER_BYTES if st.last else 0
+    return max(forward, sampler)
+
+
+def forward_activation_bytes(model: ModelConfig, sched: SchedulerConfig, tp: int,
+                             ep: int = 1, stage: Stage | None = None) -> int:
+    """Peak activations of one forward pass over ``max_num_batched_tokens`` tokens, per GPU of
+    ``stage`` (TensorRT-LLM's dummy prefill, which samples one token per request):
+    ``activation_peak_bytes`` without the sampler."""
+    last_free = dataclasses.replace(stage or _whole(model), last=False)
+    return activation_peak_bytes(model, sched, tp, ep, last_free)
 
 
 @dataclass(frozen=True)
@@ -321,6 +336,8 @@ class MemoryBudget:
     stage: int = 0
     pipeline_parallel_size: int = 1
     tensor_parallel_size: int = 1
+    rule: str = "vllm"  # the engine whose rule sized it (sim.kv_rules)
+    memory_fraction: float = 0.9  # that rule's fraction
 
     @property
     def max_tokens(self) -> int:
@@ -330,13 +347,15 @@ class MemoryBudget:
 
 def _stage_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig,
                   kv: KVCacheConfig, tp: int, ep: int, pp: int, i: int,
-                  stage: Stage) -> MemoryBudget:
-    """One stage's own budget (its GPUs alone), refusing a stage that does not fit."""
-    usable = int(hw.hbm_bytes * kv.gpu_memory_utilization)
+                  stage: Stage, rule: str) -> MemoryBudget:
+    """One stage's own budget (its GPUs alone) under engine ``rule``, refusing a stage that
+    does not fit."""
     weights = stage_weight_bytes(model, tp, ep, stage)
-    acts = activation_peak_bytes(model, sched, tp, ep, stage)
+    acts = {"vllm": activation_peak_bytes, "trtllm": forward_activation_bytes}.get(
+        rule, lambda *a: 0)(model, sched, tp, ep, stage)
     other = int(kv.other_memory_gib * GIB)
-    free = usable - weights - acts - other
+    mem = kv_memory(rule, hw, kv, sched, weights, acts, other, tp, pp)
+    usable, free = mem.usable_bytes, mem.kv_bytes
     block_bytes = kv.block_size * _stage_kv_bytes_per_token(model, kv, tp, stage)
     where = f" on pipeline stage {i} of {pp}" if pp > 1 else ""
     if not block_bytes:
@@ -353,12 +372,12 @@ def _stage_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig
             tp,
             f"model {model.name} does not fit{where}: {weights / GIB:.1f} GiB weights + "
             f"{acts / GIB:.1f} GiB activations + {other / GIB:.1f} GiB other per GPU exceed "
-            f"{usable / GIB:.1f} GiB usable ({hw.name}, gpu_memory_utilization="
-            f"{kv.gpu_memory_utilization}); use more GPUs (tensor_parallel_size or "
+            f"{usable / GIB:.1f} GiB usable ({hw.name}, {rule}'s rule with memory fraction "
+            f"{mem.fraction}); use more GPUs (tensor_parallel_size or "
             "pipeline_parallel_size) or a larger GPU",
         )
     return MemoryBudget(usable, weights, acts, other, free, block_bytes, free // block_bytes,
-                        kv.block_size, state, state_blocks, i, pp, tp)
+                        kv.block_size, state, state_blocks, i, pp, tp, rule, mem.fraction)
 
 
 def memory_budget(
@@ -369,13 +388,15 @@ def memory_budget(
     tp: int,
     ep: int = 1,
     pp: int = 1,
+    rule: str = "vllm",
 ) -> MemoryBudget:
-    """Size the KV cache of one ``tp × pp`` replica; refuses a model that does not fit.
+    """Size the KV cache of one ``tp × pp`` replica by engine ``rule`` (``sim.kv_rules``);
+    refuses a model that does not fit.
 
     Each stage sizes its own cache; the replica gets the smallest block count of all stages
     (as vLLM's ``num_gpu_blocks`` with pipeline parallelism) and the largest fixed state.
     """
-    stages = [_stage_budget(model, hw, sched, kv, tp, ep, pp, i, s)
+    stages = [_stage_budget(model, hw, sched, kv, tp, ep, pp, i, s, rule)
               for i, s in enumerate(pipeline_stages(model, pp))]
     binding = min(stages, key=lambda b: b.num_gpu_blocks)
     return dataclasses.replace(

@@ -19,6 +19,7 @@ import simpy
 
 from sim.cost.base import BOUNDS, CostModel, StepCost
 from sim.faults import SpeedSchedule
+from sim.frontend import FrontendServer
 from sim.records import ColumnBuffer, StepTotals
 from sim.schedulers.base import TokenBudgetScheduler
 
@@ -57,10 +58,13 @@ class Replica:
                  cost_model: CostModel, on_complete: Callable[[np.ndarray, float], None],
                  next_arrival: Callable[[], float] = lambda: float("inf"),
                  fast_forward: bool = True, gid: int = 0, speed: SpeedSchedule | None = None,
-                 check: InvariantChecker | None = None, timeline: bool = True) -> None:
+                 check: InvariantChecker | None = None, timeline: bool = True,
+                 frontend: FrontendServer | None = None) -> None:
         """``gid``: its run-wide replica id; ``speed``: its straggler episodes (None: never
         slow); ``check``: the run's invariant checker (None: ``check_invariants`` is off);
-        ``timeline``: keep one row per step (else only ``StepTotals``)."""
+        ``timeline``: keep one row per step (else only ``StepTotals``); ``frontend``: its API
+        server (None: a wire). A frontend streams each step's tokens, one step at a time, so
+        it turns fast-forward off."""
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
         self.gid, self.speed, self.check = gid, speed, check
         self.on_complete = on_complete
@@ -69,7 +73,9 @@ class Replica:
         self._joins: list[float] = []  # when requests joined the queue during a decode window
         self._window: _Window | None = None
         self._cut_pending = False
-        self.fast_forward = fast_forward
+        self.frontend = frontend
+        self.in_frontend: set[int] = set()  # routed here, not yet through the frontend
+        self.fast_forward = fast_forward and frontend is None
         # one row per step, or running totals (same append/extend calls)
         self.steps = ColumnBuffer(TIMELINE_COLUMNS) if timeline else StepTotals()
         self._wakeup: simpy.Event | None = None
@@ -78,6 +84,30 @@ class Replica:
         self.process = env.process(self._run())
 
     def submit(self, rid: int) -> None:
+        """A request routed here now: through the frontend, then to the scheduler."""
+        if self.frontend is None:
+            self._enter(rid)
+            return
+        now = self.env.now
+        at = self.frontend.admit(rid, now)
+        if at == now:
+            self._enter(rid)
+            return
+        self.in_frontend.add(rid)
+        self.env.timeout(at - now).callbacks.append(lambda _e, r=rid: self._through(r))
+
+    def _through(self, rid: int) -> None:
+        if rid in self.in_frontend:  # (not taken back by a failure meanwhile)
+            self.in_frontend.discard(rid)
+            self._enter(rid)
+
+    def take_frontend_queue(self) -> np.ndarray:
+        """The requests still in the frontend, which will not reach this engine (a failure)."""
+        ids = np.array(sorted(self.in_frontend), np.int64)
+        self.in_frontend.clear()
+        return ids
+
+    def _enter(self, rid: int) -> None:
         """Hand a request to this replica's scheduler, waking the replica if it sleeps."""
         self.scheduler.add_request(rid)
         w = self._window
@@ -165,9 +195,12 @@ class Replica:
                        cost.memory_s, cost.comm_s, cost.host_s, BOUNDS.index(cost.bound),
                        swap_s)
                 yield env.timeout(step_s)
-                done = sched.update(batch, env.now)
+                seen = env.now
+                if self.frontend is not None:  # the clients see the tokens once streamed
+                    seen = self.frontend.stream(seen, batch.tokens_sampled(sched.table))
+                done = sched.update(batch, seen)
                 if len(done):
-                    self.on_complete(done, env.now)
+                    self.on_complete(done, seen)
                 if self.check is not None:
                     self.check.after_step(self, batch)
             except simpy.Interrupt:  # a failure: wait for the repair, then a fresh scheduler

@@ -29,10 +29,15 @@ N = 200
 FINISHED = ("completed", "rejected")
 
 
+WIRE = [f"backend.frontend.{k}=0" for k in ("per_request_ms", "per_prompt_token_us",
+                                            "per_output_token_us", "latency_ms")]
+
+
 def _cfg(*overrides: str):
     with initialize_config_module("conf", version_base=None):
+        # the engine's interrupt semantics, without a frontend streaming after the clock
         return compose("config", overrides=[f"workload.num_requests={N}", "progress=false",
-                                            *overrides])
+                                            *WIRE, *overrides])
 
 
 class StopAfter:

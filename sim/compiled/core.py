@@ -82,9 +82,18 @@ class CompiledPool:
         arr = run.arrivals
         # per request its client's next one and that one's think time; a heap of releases
         # (time, creation stamp, request)
+        # (a request is in it once at most: n + id is its entry through its replica's
+        # frontend); and the frontends (sim.frontend): per request its admission time and
+        # when it reached an engine, per replica when its server is free, and
+        # (per output token, latency, on)
+        c = run.cluster
+        fe = c.frontend_costs
+        front = (c.frontend_service_s, c.engine_arrival if c.engine_arrival is not None
+                 else np.zeros(t.size), np.zeros(R),
+                 np.array([fe.per_output_token_s, fe.latency_s, float(not fe.is_wire)]))
         self.clients = (arr.next_of.astype(np.int64), np.asarray(arr.think, np.float64),
                         (np.zeros(t.size), np.zeros(t.size, np.int64),
-                         np.zeros(t.size, np.int64)))
+                         np.zeros(t.size, np.int64)), front)
         self.router = ROUTERS.get(run.cluster.cfg.cluster.router, K.ROUND_ROBIN)
         rs = np.zeros((R, S.NUM_FIELDS), np.int64)
         rs[:, S.FREE] = [p.kv.free_blocks for p in pool.parts]

@@ -8,7 +8,8 @@ schedules its next batch at once) — until every request has ended, the timelin
 but not priced, and prices it first when called again). It does in compiled code what
 ``sim.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler`` (FCFS, recompute
 preemption, no prefix cache; ``sim.compiled.step_schedule``), ``RooflineCostModel.step_cost``
-(``sim.compiled.step_price``), the engine's ``_Arrivals`` (open-loop arrivals, closed-loop
+(``sim.compiled.step_price``; numba's cache does not see a change there, so one here goes
+with it), the engine's ``_Arrivals`` (open-loop arrivals, closed-loop
 clients' follow-ups) and the cluster's ``round_robin`` and ``least_outstanding`` routers do,
 in the same order and with the same arithmetic;
 ``tests/sim/schedulers/test_compiled_core.py`` holds the two equal. Request state lives in the
@@ -102,15 +103,17 @@ def _now_queue(instant, st, item):
 
 
 @njit(cache=True)
-def _ended(rid, now, clients, instant, R, st):
-    """``rid`` ended at ``now``: its client's next request is released its think time later
+def _ended(rid, seen, now, clients, instant, R, st):
+    """``rid`` ended at ``now`` and its client saw the end at ``seen`` (once the frontend
+    streamed it): the client's next request is released its think time after that
     (``_Arrivals.completed``); at once means after everything already due at this instant."""
-    next_of, think, heap = clients
+    next_of, think, heap = clients[0], clients[1], clients[2]
     st[ENDED] += 1
     nxt = next_of[rid]
     if nxt >= 0:
-        if think[nxt] > 0:
-            _heap_push(heap, st, now + think[nxt], nxt)
+        delay = seen + think[nxt] - now
+        if delay > 0:
+            _heap_push(heap, st, now + delay, nxt)
         else:
             _now_queue(instant, st, R + nxt)
 
@@ -145,16 +148,33 @@ def _route(rs, st, router):
 def _arrive(rid, now, t, refusal, clients, router, pool, st):
     """``rid`` reaches the pool at ``now``: rejected with its reason, or routed and queued,
     waking its replica if idle (``_Arrivals.release``, ``Cluster.route``)."""
-    rs, wnext, instant = pool[0], pool[6], pool[7]
+    rs, instant = pool[0], pool[7]
     t[0][rid] = now
     if refusal[rid]:
         t[6][rid] = S.REJECTED
         t[10][rid] = now
-        _ended(rid, now, clients, instant, rs.shape[0], st)
+        _ended(rid, now, now, clients, instant, rs.shape[0], st)
         return
     r = _route(rs, st, router)
     rs[r, S.OUT] += 1
     t[12][rid] = r
+    service, engine_arrival, free, fe = clients[3]
+    if fe[2]:  # through replica r's frontend (``FrontendServer.admit``)
+        done = max(now, free[r]) + service[rid]
+        free[r] = done
+        at = done + fe[1]
+        engine_arrival[rid] = at
+        if at != now:
+            _heap_push(clients[2], st, now + (at - now), len(t[0]) + rid)
+            return
+    _enter(rid, r, pool, st, t)
+
+
+@njit(cache=True)
+def _enter(rid, r, pool, st, t):
+    """``rid`` reaches replica ``r``'s scheduler: queued, waking the replica if idle
+    (``Replica._enter``)."""
+    rs, wnext, instant = pool[0], pool[6], pool[7]
     t[6][rid] = S.WAITING
     S.wait_append(rs[r], wnext, rid)
     if rs[r, S.PHASE] == IDLE:
@@ -270,11 +290,24 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         elif kind == 2:
             rid = heap[2][0]
             _heap_pop(heap, st)
-            _arrive(rid, when, t, refusal, clients, router, pool, st)
+            if rid >= n:  # through its replica's frontend
+                _enter(rid - n, t[12][rid - n], pool, st, t)
+            else:
+                _arrive(rid, when, t, refusal, clients, router, pool, st)
         else:
-            done = S.update(when, t, running[r], rs[r], rs[r, S.NB], bids[r], bnew[r], emit,
+            seen = when
+            fe = clients[3]
+            if fe[3][2]:  # the clients see the step's tokens once streamed (``stream``)
+                sampled = 0
+                for j in range(rs[r, S.NB]):
+                    q = bids[r, j]
+                    sampled += t[2][q] + bnew[r, j] == t[1][q]
+                if sampled:
+                    seen = max(when, fe[2][r]) + fe[3][0] * sampled
+                    fe[2][r] = seen
+            done = S.update(seen, t, running[r], rs[r], rs[r, S.NB], bids[r], bnew[r], emit,
                             gaps, itl)
             rs[r, S.OUT] -= done
             for j in range(done):
-                _ended(emit[j], when, clients, instant, R, st)
+                _ended(emit[j], seen, when, clients, instant, R, st)
             _start(r, when, t, pool, st, cfg, want, need)  # before anything else happens

@@ -31,7 +31,8 @@ from sim.cost.roofline import BOUND_INDEX, RooflineCostModel, bound_parts
 AXES = ("q", "s", "u", "d", "kv", "c", "i", "g")
 # entries of the float parameter vector ``Prices.params``
 (LAYERS, HEADS, KV_HEADS, HEAD_DIM, KV_BYTES, ACT, PEAK_FLOPS, PEAK_BW, NUM_SMS, HOST_S,
- HOST_PER_SEQ_S, PRE_LAUNCH, PRE_UNIT, PRE_BLOCK_Q, DEC_LAUNCH, DEC_UNIT, DEC_BLOCK_Q) = range(17)
+ HOST_PER_SEQ_S, PRE_LAUNCH, PRE_UNIT, PRE_BLOCK_Q, DEC_LAUNCH, DEC_UNIT, DEC_BLOCK_Q,
+ ASYNC) = range(18)
 MAX_SEQ_OPS = 3  # lm_head, sampler, logits all-gather
 assert BOUNDS[:3] == ("compute", "memory", "comm")
 
@@ -45,6 +46,8 @@ def packable(cost_model) -> str:
         return "pipeline parallelism"
     if m.attention_kinds != ["full"] or m.g.mla or m.g.lin_value_heads:
         return "not every layer is full GQA attention"
+    if m.graphs.decode_only:  # the loop prices a step's token rows by its token count alone
+        return "CUDA graphs of decode-only steps"
     return ""
 
 
@@ -63,6 +66,7 @@ class Prices:
             layers, g.heads, g.kv_heads, g.head_dim, g.kv_bytes, ACT_BYTES, hw.bf16_flops,
             hw.hbm_bandwidth, hw.num_sms, m.host_overhead_s, m.host_per_seq_s,
             pre.launch_s, pre.unit_s, pre.block_q, dec.launch_s, dec.unit_s, dec.block_q,
+            float(m.async_scheduling),
         ], dtype=np.float64)
         self.etas = pack_etas([pre.compute, pre.memory, dec.compute, dec.memory])
 

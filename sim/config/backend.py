@@ -1,13 +1,14 @@
 """Schema and checks of ``backend=``: the serving engine whose kernels the costs imitate.
 
 The same model on the same GPU runs at different speeds under vLLM, SGLang and TensorRT-LLM
-(different kernels and host overheads), so the calibrated efficiencies are per
+(different kernels, host overheads and API servers), so the calibrated parameters are per
 (``hardware.calibration``, ``backend.name``): ``sim/cost/calibrated/<hardware>/<backend>.yaml``.
+``backend.frontend`` is the engine's API server (``sim.frontend``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sim.errors import ConfigError
 
@@ -15,16 +16,43 @@ BACKENDS = ("vllm", "sglang", "trtllm")
 
 
 @dataclass
+class FrontendConfig:
+    """The API server's costs (``sim.frontend``); None: the calibrated file's ``frontend:``
+    block (0 under ``cost_model=constant`` or where the file has none)."""
+
+    per_request_ms: float | None = None  # HTTP handling and request set-up, per request
+    per_prompt_token_us: float | None = None  # tokenization, per prompt token
+    per_output_token_us: float | None = None  # detokenize and stream, per streamed token
+    latency_ms: float | None = None  # the request path's fixed delay (no server time)
+
+
+@dataclass
 class BackendConfig:
-    """Which engine's measured kernels and host overheads the cost model uses."""
+    """Which engine's measured kernels, host overheads and frontend the run uses."""
 
     name: str = "vllm"
+    frontend: FrontendConfig = field(default_factory=FrontendConfig)
+    # no CUDA graphs (vLLM's --enforce-eager, SGLang's --disable-cuda-graph): nothing padded
+    enforce_eager: bool = False
+    # vLLM's --async-scheduling: the next step is scheduled while the GPU runs this one, so
+    # a step takes max(GPU, host) instead of GPU + host
+    async_scheduling: bool = False
+    # SGLang's --cuda-graph-max-bs; null: its default (sim/cost/cuda_graphs.py)
+    cuda_graph_max_bs: int | None = None
 
 
 def check_backend(b: BackendConfig) -> None:
-    """The backend must be one the project has calibration tables for."""
+    """The backend must be one the project has calibration tables for; frontend costs >= 0."""
     if b.name not in BACKENDS:
         raise ConfigError("backend.name", b.name, f"one of {list(BACKENDS)}")
+    max_bs = getattr(b, "cuda_graph_max_bs", None)
+    if max_bs is not None and max_bs < 1:
+        raise ConfigError("backend.cuda_graph_max_bs", max_bs, "null (the default) or >= 1")
+    frontend = getattr(b, "frontend", None)
+    for key in ("per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms"):
+        value = getattr(frontend, key, None)
+        if value is not None and not (value >= 0 and value < float("inf")):
+            raise ConfigError(f"backend.frontend.{key}", value, "a finite number >= 0 or null")
 
 
 # (group, schema name, dataclass) registered with Hydra by ``sim.app``

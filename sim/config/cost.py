@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from sim.config.common import positive
 from sim.config.hardware import check_calibration_name
@@ -20,7 +21,8 @@ class RooflineCostConfig:
     # CPU time per sequence in the step; None: the calibrated value.
     host_overhead_per_seq_us: float | None = None
     # Calibrated parameters sim/cost/calibrated/<calibration>/<backend>.yaml;
-    # "auto" takes hardware.calibration.
+    # "auto" takes hardware.calibration; or the path of one calibrated .yaml file
+    # (``python -m calibration from-bench`` writes one from your own benchmark results).
     calibration: str = "auto"
 
 
@@ -42,8 +44,12 @@ def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
         if c.host_overhead_per_seq_us is not None and c.host_overhead_per_seq_us < 0:
             raise ConfigError("cost_model.host_overhead_per_seq_us",
                               c.host_overhead_per_seq_us, "must be >= 0")
-        if c.calibration != "auto":
+        if c.calibration != "auto" and not str(c.calibration).endswith((".yaml", ".yml")):
             check_calibration_name("cost_model.calibration", c.calibration)
+        elif c.calibration != "auto" and not Path(c.calibration).is_file():
+            raise ConfigError("cost_model.calibration", c.calibration,
+                              "a calibration name, or the path of a calibrated .yaml file "
+                              "(python -m calibration from-bench writes one)")
     else:
         raise ConfigError("cost_model.name", c.name, "one of ['constant', 'roofline']")
 

@@ -18,7 +18,9 @@ class HardwareConfig:
     bf16_flops: float = 0.0
     fp8_flops: float | None = None
     hbm_bandwidth: float = 0.0
-    hbm_bytes: float = 0.0
+    hbm_bytes: float = 0.0  # the board's memory as nvidia-smi reports it (SGLang sizes by it)
+    # what cudaMemGetInfo reports as total (vLLM and TensorRT-LLM size by it); 0: hbm_bytes
+    cuda_total_bytes: float = 0.0
     nvlink_bandwidth: float = 0.0
     pcie_bandwidth: float = 0.0
     gpus_per_node: int = 8  # GPUs joined by NVLink in one node (the tensor-parallel limit)
@@ -46,6 +48,9 @@ def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
         positive(f"hardware.{f}", getattr(h, f))
     if h.fp8_flops is not None and h.fp8_flops < 0:
         raise ConfigError("hardware.fp8_flops", h.fp8_flops, "must be >= 0 (0 or null: no FP8)")
+    if not h.cuda_total_bytes >= 0:
+        raise ConfigError("hardware.cuda_total_bytes", h.cuda_total_bytes,
+                          "must be >= 0 (0: hbm_bytes)")
     if h.internode_latency_us < 0:
         raise ConfigError("hardware.internode_latency_us", h.internode_latency_us, "must be >= 0")
     check_calibration_name("hardware.calibration", h.calibration)

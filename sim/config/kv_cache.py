@@ -17,10 +17,14 @@ class KVCacheConfig:
 
     name: str = "paged"
     block_size: int = 16
+    # vLLM's gpu_memory_utilization, TensorRT-LLM's free_gpu_memory_fraction (sim.kv_rules)
     gpu_memory_utilization: float = 0.9
+    # SGLang's mem_fraction_static; null: SGLang's default rule for the GPU and layout
+    mem_fraction_static: float | None = None
     dtype: str = "auto"
     preemption: str = "recompute"
-    # Memory outside weights and activations: CUDA context, NCCL/cuBLAS workspaces, CUDA graphs.
+    # Non-torch memory: CUDA context, NCCL/cuBLAS workspaces (an estimate; CUDA graphs are
+    # captured after the cache is sized and are not counted by vLLM or SGLang).
     other_memory_gib: float = 1.0
     # Blocks of the cache (null block included), as an engine log's ``num_gpu_blocks``:
     # overrides the capacity derived from memory when set.
@@ -40,6 +44,9 @@ def check_kv_cache(k: KVCacheConfig) -> None:
     if not 0 < k.gpu_memory_utilization <= 1:
         raise ConfigError("kv_cache.gpu_memory_utilization", k.gpu_memory_utilization,
                           "must be in (0, 1]")
+    if k.mem_fraction_static is not None and not 0 < k.mem_fraction_static <= 1:
+        raise ConfigError("kv_cache.mem_fraction_static", k.mem_fraction_static,
+                          "null (SGLang's default) or in (0, 1]")
     if k.dtype != "auto" and k.dtype not in DTYPE_BYTES:
         raise ConfigError("kv_cache.dtype", k.dtype, f"'auto' or one of {sorted(DTYPE_BYTES)}")
     if k.preemption not in PREEMPTION_MODES:

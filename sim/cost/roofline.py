@@ -25,6 +25,7 @@ import yaml
 from sim.config import HardwareConfig, ModelConfig
 from sim.cost.attention import AttentionOps
 from sim.cost.base import OperatorCost, StepCost
+from sim.cost.cuda_graphs import CudaGraphs
 from sim.cost.layers import head_ops, layer_token_ops
 from sim.cost.layout import ATTENTION_KINDS, FFN_KINDS, LayerCounts, PerGpu, stage_layer_counts
 from sim.cost.memo import Memo
@@ -42,6 +43,11 @@ def load_calibration(name: str, backend: str,
     """Read ``sim/cost/calibrated/<name>/<backend>.yaml`` (written by ``python -m calibration
     fit``); ``field`` is the config key the name came from, for the error message. Returns the
     efficiencies and the whole document (host overheads, data hash, fit errors)."""
+    if name.endswith((".yaml", ".yml")):  # one file (``python -m calibration from-bench``)
+        if not os.path.isfile(name):
+            raise ConfigError(field, name, "not a file")
+        eff, doc = _parse_calibration(name, os.stat(name).st_mtime_ns)
+        return eff, copy.deepcopy(doc)
     folder = resources.files("sim.cost") / "calibrated" / name
     path = folder / f"{backend}.yaml"
     if not path.is_file():
@@ -106,8 +112,14 @@ class RooflineCostModel:
 
     def __init__(self, model: ModelConfig, hw: HardwareConfig, tp: int, kv_bytes: int,
                  eff: Efficiency, host_overhead_s: float, host_per_seq_s: float,
-                 pp: int = 1, ep: int = 1) -> None:
+                 pp: int = 1, ep: int = 1, graphs: CudaGraphs | None = None,
+                 async_scheduling: bool = False) -> None:
+        """``graphs``: the engine's CUDA-graph capture sizes (``sim.cost.cuda_graphs``; None:
+        no step is padded); ``async_scheduling``: the host work of a step overlaps the GPU's
+        (vLLM's ``--async-scheduling``), so a step takes the longer of the two."""
+        self.async_scheduling = async_scheduling
         self.model, self.hw, self.tp, self.pp, self.ep, self.eff = model, hw, tp, pp, ep, eff
+        self.graphs = graphs or CudaGraphs()
         self.kv_bytes = kv_bytes
         self.host_overhead_s, self.host_per_seq_s = host_overhead_s, host_per_seq_s
         self.p = Pricer(hw, eff)
@@ -133,8 +145,11 @@ class RooflineCostModel:
         self._sends = Memo(4096)
 
     # ---- cached pieces (only their (compute, memory, comm) totals are kept) -------------------
-    def _stage_token_parts(self, T: int, S: int) -> list[np.ndarray]:
-        """(compute, memory, comm) of each stage's token-count operators."""
+    def _stage_token_parts(self, T: int, S: int, decode_step: bool = False
+                           ) -> list[np.ndarray]:
+        """(compute, memory, comm) of each stage's token-count operators, at the CUDA-graph
+        size the step runs at (``decode_step``: every sequence decodes one token)."""
+        T = self.graphs.padded(T, decode_step)
         key = (T, S) if self._token_key_seqs else T
         return self._token_parts.get_or(key, lambda: self._token_stage_parts(T, S))
 
@@ -194,14 +209,15 @@ class RooflineCostModel:
                 for kern in self.att.decode(kind, c[decode], 1):
                     part[0 if kern.compute_bound[0] else 1] += kern.time[0]
             att[kind] = part
-        return self._stages(self._stage_token_parts(int(n.sum()), len(n)), att)
+        return self._stages(self._stage_token_parts(int(n.sum()), len(n),
+                                                    num_decode == len(n)), att)
 
     def _window_parts(self, c: np.ndarray, k: int) -> list[np.ndarray]:
         """Each stage's (3, k) time for one decode-only micro-batch over k steps."""
         S = len(c)
         att = {kind: _kernel_parts(self.att.decode(kind, c, k), k)
                for kind in self.attention_kinds}
-        tok = [t[:, None] for t in self._stage_token_parts(S, S)]
+        tok = [t[:, None] for t in self._stage_token_parts(S, S, True)]
         return self._stages(tok, att)
 
     def _finish(self, layers, S: int, head: np.ndarray, send_s):
@@ -210,6 +226,8 @@ class RooflineCostModel:
         memory = head[1] + layers[1]
         comm = head[2] + layers[2] + send_s
         host = self.host_overhead_s + self.host_per_seq_s * S
+        if self.async_scheduling:  # only the host time the GPU's work does not cover shows
+            host = np.maximum(0.0, host - (compute + memory + comm))
         return compute + memory + comm + host, compute, memory, comm, host
 
     # ---- the CostModel interface ---------------------------------------------------------
@@ -245,7 +263,7 @@ class RooflineCostModel:
             layers = makespan([self._window_parts(c[mb], k) for mb in mbs], self.pp)[0]
             send_s = self._send_time(len(c[mbs[0]]))
         time, compute, memory, comm, host = self._finish(layers, S, self._head(S, S), send_s)
-        return time, compute, memory, comm, np.full(k, host)
+        return time, compute, memory, comm, np.broadcast_to(host, (k,)).astype(float)
 
     def breakdown(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> list[OperatorCost]:
         """Every operator of the step on one GPU of the busiest pipeline stage, plus the
@@ -256,7 +274,9 @@ class RooflineCostModel:
         mbs = micro_batches(S, self.pp)
         per_stage = [[] for _ in self.stages]
         for mb in mbs:
-            tok = layer_token_ops(self.p, self.g, self.hw, int(n[mb].sum()), len(n[mb]))
+            decode = bool(((n[mb] == 1) & (c[mb] > 0)).all())
+            padded = self.graphs.padded(int(n[mb].sum()), decode)
+            tok = layer_token_ops(self.p, self.g, self.hw, padded, len(n[mb]))
             att = {kind: self._attention_ops(kind, n[mb], c[mb]) for kind in self.attention_kinds}
             for s, counts in enumerate(self.stages):
                 for kind in ATTENTION_KINDS + FFN_KINDS:

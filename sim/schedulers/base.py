@@ -36,6 +36,12 @@ class Batch:
         any padding a policy computes for nothing (static batching)."""
         return self.new_tokens, self.context_tokens
 
+    def tokens_sampled(self, table) -> int:
+        """How many of the step's requests sample a token when it ends (those whose new
+        tokens reach all they know, as ``TokenBudgetScheduler.update`` finds them)."""
+        ids = self.ids
+        return int((table.computed[ids] + self.new_tokens == table.num_tokens[ids]).sum())
+
     @property
     def num_prefill_tokens(self) -> int:
         """Tokens of the step that are not single decode tokens."""

@@ -133,6 +133,12 @@ CASES: dict[str, Case] = {
     "fp8_without_tensor_cores": C("model.dtype=fp8", "hardware=a100_80g_sxm",
                                   expect=("model.dtype='fp8'", "a100_80g_sxm")),
     "calibration_name": C("hardware.calibration=''", expect=("hardware.calibration=''",)),
+    "calibration_file_missing": C("cost_model.calibration=nowhere.yaml",
+                                  expect=("cost_model.calibration='nowhere.yaml'",)),
+    "frontend_negative": C("backend.frontend.per_request_ms=-1",
+                           expect=("backend.frontend.per_request_ms=-1",)),
+    "cuda_graph_max_bs_zero": C("backend.cuda_graph_max_bs=0",
+                                expect=("backend.cuda_graph_max_bs=0",)),
     # ---- scheduler
     "max_num_seqs_zero": C("scheduler.max_num_seqs=0", expect=("scheduler.max_num_seqs=0",),
                            via="cli"),
@@ -150,6 +156,8 @@ CASES: dict[str, Case] = {
     "max_model_len_over_model": C("scheduler.max_model_len=10000000",
                                   expect=("scheduler.max_model_len=10000000",)),
     # ---- KV cache
+    "mem_fraction_static": C("kv_cache.mem_fraction_static=1.5",
+                             expect=("kv_cache.mem_fraction_static=1.5",)),
     "gpu_mem_util_too_big": C("kv_cache.gpu_memory_utilization=1.5",
                               expect=("kv_cache.gpu_memory_utilization=1.5",), via="cli"),
     "kv_dtype": C("kv_cache.dtype=int8", expect=("kv_cache.dtype='int8'",)),

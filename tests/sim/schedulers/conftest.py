@@ -18,6 +18,7 @@ from sim.config import (
     RooflineCostConfig,
     SchedulerConfig,
 )
+from sim.config.backend import FrontendConfig
 from sim.config.scheduler import WHOLE_PROMPT
 from sim.kv_cache import PagedKVCache
 from sim.memory import activation_peak_bytes, kv_bytes_per_token, parameter_count
@@ -66,6 +67,11 @@ def step():
     return _step
 
 
+# the engine's own semantics: no API server in front (tests of sim.frontend set their own)
+WIRE = FrontendConfig(per_request_ms=0.0, per_prompt_token_us=0.0, per_output_token_us=0.0,
+                      latency_ms=0.0)
+
+
 def _tiny_config(name="vllm", num_blocks=64, block_size=4, max_seqs=8, budget=256,
                  max_len=400, roofline=False, fast_forward=True, **sched) -> SimpleNamespace:
     """A tiny model on a GPU sized so that exactly ``num_blocks`` KV blocks hold tokens
@@ -81,7 +87,8 @@ def _tiny_config(name="vllm", num_blocks=64, block_size=4, max_seqs=8, budget=25
                         hbm_bytes=need, nvlink_bandwidth=1e10, pcie_bandwidth=1e10)
     cost = RooflineCostConfig() if roofline else ConstantCostConfig(step_time_ms=7.0)
     return SimpleNamespace(model=TINY, hardware=hw, scheduler=sched, kv_cache=kv,
-                           cluster=ClusterConfig(), backend=BackendConfig(), cost_model=cost,
+                           cluster=ClusterConfig(), backend=BackendConfig(frontend=WIRE),
+                           cost_model=cost,
                            fast_forward=fast_forward)
 
 

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import simulate
+from sim.config.backend import FrontendConfig
 from sim.errors import ConfigError
 
 FLOAT_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "completion_s")
@@ -274,7 +275,9 @@ def test_an_unknown_engine_is_one_config_error(compose_cfg, requests_for):
 def test_ctrl_c_keeps_what_was_simulated(compose_cfg, requests_for):
     """A KeyboardInterrupt from the progress bar ends the run between two chunks with
     consistent partial records."""
-    cfg = compose_cfg("workload.num_requests=5000")
+    cfg = compose_cfg("workload.num_requests=5000", *(  # the engine's clock alone
+        f"backend.frontend.{k}=0" for k in ("per_request_ms", "per_prompt_token_us",
+                                            "per_output_token_us", "latency_ms")))
 
     class Interrupting:
         def update(self, n):
@@ -287,3 +290,48 @@ def test_ctrl_c_keeps_what_was_simulated(compose_cfg, requests_for):
     assert 0 < done.sum() < len(r)
     assert r.loc[done, "completion_s"].max() <= rec.meta["interrupted_at_sim_s"]
     assert r.loc[~done, "completion_s"].isna().all()
+
+
+def test_async_scheduling_is_the_same_in_both_engines(tiny_config, requests):
+    cfg = tiny_config("vllm", roofline=True, max_seqs=6, budget=128)
+    cfg.backend = replace(cfg.backend, async_scheduling=True)
+    req = workload(requests, np.random.default_rng(5), 80, cfg.scheduler.max_model_len)
+    assert_same_records(*both_engines(cfg, req))
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+@pytest.mark.parametrize("case", ["burst", "closed_loop", "streaming_only", "latency_only"])
+def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, replicas):
+    """Each replica's API server (``sim.frontend``): a burst queues there, streaming delays
+    what clients see and the admissions behind it, closed-loop clients send their next
+    request once they saw the end; requests too long to serve are refused before it."""
+    rng = np.random.default_rng(7)
+    cfg = tiny_config("vllm", roofline=True, max_seqs=6, budget=128)
+    cfg.cluster = replace(cfg.cluster, replicas=replicas, router="least_outstanding")
+    costs = {"burst": {"per_request_ms": 2.0, "per_prompt_token_us": 15.0,
+                       "per_output_token_us": 300.0, "latency_ms": 1.0},
+             "closed_loop": {"per_request_ms": 1.0, "per_output_token_us": 500.0},
+             "streaming_only": {"per_output_token_us": 800.0},
+             "latency_only": {"latency_ms": 4.0}}[case]
+    cfg.backend = replace(cfg.backend, frontend=FrontendConfig(**costs))
+    n = 90
+    outputs = rng.integers(1, 40, n)
+    outputs[rng.random(n) < 0.05] = 1000  # exceeds max_model_len: refused at once
+    if case == "burst":
+        req = requests(np.zeros(n), rng.integers(1, 200, n), outputs)
+    else:
+        req = requests(np.where(np.arange(n) < 5, rng.uniform(0, 0.01, n), np.nan),
+                       rng.integers(1, 200, n), outputs)
+        req["client"] = np.arange(n) % 5
+        req["think_time_s"] = 0.003 if case == "closed_loop" else 0.0
+    a, b = both_engines(cfg, req)
+    assert_same_records(a, b)
+    r = a.requests[a.requests["status"] == "completed"]
+    waited = r["engine_arrival_s"] - r["arrival_s"]
+    assert (waited > 0).any() and (waited >= 0).all()  # (behind streaming, too)
+    if case != "streaming_only":
+        assert (waited > 0).all()
+    assert (r["first_scheduled_s"] >= r["engine_arrival_s"]).all()
+    if case == "burst" and replicas == 1:  # FIFO behind streaming, never faster than alone
+        alone = np.cumsum(2e-3 + 15e-6 * r["input_tokens"]) + 1e-3
+        assert (r["engine_arrival_s"].to_numpy() >= alone.to_numpy() - 1e-12).all()

@@ -1,0 +1,98 @@
+"""The serving frontend: the API server between the clients and one replica's engine.
+
+A request does not reach the engine when the client sends it, and a token does not reach the
+client when the engine samples it. Both pass the replica's API server process, one job after
+another:
+
+- on the way in, HTTP handling and tokenization (vLLM: the API server's serving layer and
+  ``AsyncLLM.add_request`` → ``Processor.process_inputs``, before the request is sent to the
+  engine-core process; SGLang: ``TokenizerManager``): a fixed part plus a part per prompt
+  token;
+- on the way out, every step's new tokens are detokenized and streamed as server-sent events
+  (vLLM: the ``output_handler`` loop → ``OutputProcessor.process_outputs``; SGLang: the
+  detokenizer and the tokenizer manager's streaming): a part per streamed token.
+
+One process does both (``vllm serve`` starts one API server by default, ``--api-server-count
+1``), so it is one FIFO server: a burst of 1,000 requests queues there before the engine sees
+them, and while it streams 1,000 running requests' tokens it admits new ones more slowly. Its
+time adds to TTFT, ITL and end-to-end latency without taking engine time (the engine core runs
+in its own process). ``latency_ms`` is the request path's fixed delay that occupies no server
+(the hops between the HTTP layer, the API server and the engine core).
+
+Each replica has its own frontend (a deployment of N replicas runs N API servers). The costs
+are per backend, fitted on measured ``vllm bench serve`` runs (the calibrated file's
+``frontend:`` block; ``backend.frontend.*`` overrides them). With every cost 0 the frontend is
+a wire and nothing changes. The SimPy engine calls ``FrontendServer``; the compiled loop
+(``sim.compiled.kernel``) does the same sums on the same arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FRONTEND_KEYS = ("per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms")
+
+
+@dataclass(frozen=True)
+class FrontendCosts:
+    """The API server's time per request (fixed and per prompt token) and per streamed
+    token, and the request path's fixed delay, in seconds."""
+
+    per_request_s: float = 0.0
+    per_prompt_token_s: float = 0.0
+    per_output_token_s: float = 0.0
+    latency_s: float = 0.0
+
+    @property
+    def is_wire(self) -> bool:
+        """Whether the frontend costs nothing (requests and tokens pass at once)."""
+        return not (self.per_request_s or self.per_prompt_token_s or self.per_output_token_s
+                    or self.latency_s)
+
+    def as_dict(self) -> dict[str, float]:
+        """The costs in the units of the config and the calibrated file."""
+        return {"per_request_ms": self.per_request_s * 1e3,
+                "per_prompt_token_us": self.per_prompt_token_s * 1e6,
+                "per_output_token_us": self.per_output_token_s * 1e6,
+                "latency_ms": self.latency_s * 1e3}
+
+    @classmethod
+    def from_units(cls, per_request_ms: float = 0.0, per_prompt_token_us: float = 0.0,
+                   per_output_token_us: float = 0.0, latency_ms: float = 0.0) -> FrontendCosts:
+        """From the config's units (ms, µs per prompt token, µs per output token, ms)."""
+        return cls(per_request_ms * 1e-3, per_prompt_token_us * 1e-6,
+                   per_output_token_us * 1e-6, latency_ms * 1e-3)
+
+    def service_times(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        """The API server's time to take in each request (s)."""
+        return self.per_request_s + self.per_prompt_token_s * np.asarray(prompt_tokens,
+                                                                         np.float64)
+
+
+class FrontendServer:
+    """One replica's API server: a FIFO of admissions and step outputs, in time order."""
+
+    def __init__(self, costs: FrontendCosts, service_s: np.ndarray,
+                 engine_arrival: np.ndarray) -> None:
+        """``service_s``: each request's admission time (``FrontendCosts.service_times``);
+        ``engine_arrival``: the run's column of when requests reach an engine (filled here)."""
+        self.costs, self.service_s, self.engine_arrival = costs, service_s, engine_arrival
+        self.free_at = 0.0  # when the server finishes what it has been given so far
+
+    def admit(self, rid: int, now: float) -> float:
+        """Request ``rid`` is sent at ``now``: when it reaches the engine."""
+        done = max(now, self.free_at) + self.service_s[rid]
+        self.free_at = done
+        at = done + self.costs.latency_s
+        self.engine_arrival[rid] = at
+        return at
+
+    def stream(self, now: float, tokens: int) -> float:
+        """A step ending at ``now`` sampled ``tokens`` tokens: when the clients see them."""
+        if not tokens:
+            return now
+        done = max(now, self.free_at) + self.costs.per_output_token_s * tokens
+        self.free_at = done
+        return done

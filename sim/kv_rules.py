@@ -1,0 +1,100 @@
+"""How each serving engine decides, at start-up, how much GPU memory its KV cache gets.
+
+The engines differ, and the difference decides how many requests fit and when preemption
+starts. Read from their source (the versions named; ``docs/fidelity.md`` quotes the lines):
+
+- **vLLM** (v1 engine, 0.10.2–0.12.0, ``gpu_worker.determine_available_memory``):
+  ``total × gpu_memory_utilization − weights − peak activations − non-torch memory``, where
+  ``total`` is what ``cudaMemGetInfo`` reports and the peak is that of the profile run: one
+  forward pass over ``max_num_batched_tokens`` tokens split into ``min(tokens,
+  max_num_seqs)`` requests, then the sampler on those requests' logits (fp32, with the
+  top-k/top-p sort: ``sim.memory.activation_peak_bytes``). CUDA-graph memory is captured
+  after the cache is allocated and is not subtracted.
+- **SGLang** (0.5.3–0.5.5, ``model_runner.profile_max_num_token``): ``free_before_weights ×
+  mem_fraction_static − weights``, with ``mem_fraction_static`` by default
+  ``(gpu_mem − reserved) / gpu_mem`` (``server_args._handle_gpu_memory_settings``: reserved =
+  512 + 1.5 × max(chunked_prefill_size, 2048) + 2 × cuda_graph_max_bs + tp·pp/8 × 1024 MiB,
+  at least 10 GiB on GPUs over 60 GiB; ``gpu_mem`` is nvidia-smi's total). No activation
+  profiling.
+- **TensorRT-LLM** (PyTorch backend, ``_util.KvCacheCreator``): ``free_gpu_memory_fraction
+  × (total − peak memory of a dummy prefill of max_num_tokens)``: the fraction (0.9 by
+  default) of what is left free after weights, that pass's activations and non-torch memory.
+
+``kv_cache.gpu_memory_utilization`` is vLLM's fraction and TensorRT-LLM's
+``free_gpu_memory_fraction``; ``kv_cache.mem_fraction_static`` is SGLang's (null: its default
+rule). ``kv_cache.other_memory_gib`` stands for the non-torch memory (CUDA context, NCCL and
+cuBLAS workspaces), an estimate: no engine computes it, each measures it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024**2
+RULES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class KVMemory:
+    """One GPU's KV-cache memory under an engine's rule, and what the rule started from."""
+
+    rule: str
+    usable_bytes: int  # what the rule hands out before weights and activations
+    kv_bytes: int
+    fraction: float  # the memory fraction the rule used
+
+
+def sglang_mem_fraction_static(gpu_mem_bytes: float, chunked_prefill_size: int, tp: int,
+                               pp: int = 1) -> float:
+    """SGLang's default ``mem_fraction_static`` (``_handle_gpu_memory_settings``), from
+    nvidia-smi's total memory; ``cuda_graph_max_bs`` is its default for GPUs of 60–160 GiB
+    (256 below TP 4, else 512)."""
+    gpu_mem = gpu_mem_bytes / MIB
+    max_bs = 256 if tp < 4 else 512
+    reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + max_bs * 2 + tp * pp / 8 * 1024
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mem - reserved) / gpu_mem, 3)
+
+
+def kv_memory(rule: str, hw, kv, sched, weights: int, activations: int, other: int,
+              tp: int, pp: int = 1) -> KVMemory:
+    """One GPU's KV bytes under ``rule`` (module doc); ``activations`` is the peak of the
+    engine's own profiling pass (vLLM's, or TensorRT-LLM's prefill; SGLang has none)."""
+    total = hw.cuda_total_bytes or hw.hbm_bytes
+    if rule == "sglang":
+        chunk = sched.chunk_size if sched.name == "sglang" else sched.max_num_batched_tokens
+        frac = kv.mem_fraction_static or sglang_mem_fraction_static(hw.hbm_bytes, chunk, tp, pp)
+        free_before = total - other  # after the CUDA context and NCCL, before the weights
+        usable = int(free_before * frac)
+        return KVMemory(rule, usable, usable - weights, frac)
+    frac = kv.gpu_memory_utilization
+    if rule == "trtllm":
+        left = total - weights - activations - other
+        return KVMemory(rule, int(total * frac), int(left * frac), frac)
+    usable = int(total * frac)
+    return KVMemory("vllm", usable, usable - weights - activations - other, frac)
+
+
+def startup_lines(budget, kv_bytes_per_token: int, max_model_len: int,
+                  context_len: int) -> list[str]:
+    """The lines the engine of ``budget.rule`` logs at start-up about its KV cache, with this
+    simulator's numbers (a ``sim.memory.MemoryBudget``): what to compare with a real log."""
+    gib = 1024**3
+    tokens = budget.num_gpu_blocks * budget.block_size
+    if budget.rule == "sglang":
+        t = budget.kv_cache_bytes // max(kv_bytes_per_token, 1)
+        half = t * kv_bytes_per_token / 2 / gib
+        pool = min(max(int(t / context_len * 512), 2048), 4096)
+        return [f"KV Cache is allocated. #tokens: {t}, K size: {half:.2f} GB, "
+                f"V size: {half:.2f} GB",
+                f"max_total_num_tokens={t}, max_running_requests={min(t // 2, pool)} "
+                f"(mem_fraction_static={budget.memory_fraction})"]
+    if budget.rule == "trtllm":
+        t = budget.kv_cache_bytes // max(kv_bytes_per_token, 1)
+        return [f"Estimated max tokens in KV cache : {t}"]
+    per_request = -(-max_model_len // budget.block_size)
+    return [f"Available KV cache memory: {budget.kv_cache_bytes / gib:.2f} GiB",
+            f"GPU KV cache size: {tokens:,} tokens",
+            f"Maximum concurrency for {max_model_len:,} tokens per request: "
+            f"{budget.num_gpu_blocks / per_request:.2f}x"]

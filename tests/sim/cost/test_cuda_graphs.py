@@ -1,0 +1,57 @@
+"""CUDA-graph capture sizes and padded steps (``sim.cost.cuda_graphs``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.builders import build_cost_model, plain
+from sim.cost.cuda_graphs import capture_sizes
+
+
+def test_vllm_capture_list_and_padding():
+    g = capture_sizes("vllm", max_num_seqs=1024, max_num_batched_tokens=8192, tp=1)
+    assert g.sizes[:5] == (1, 2, 4, 8, 16) and g.sizes[-1] == 512 and len(g.sizes) == 67
+    assert g.padded(9, decode_step=False) == 16  # any step, prefill or mixed too
+    assert g.padded(512, True) == 512 and g.padded(513, True) == 513  # above: unpadded
+    assert capture_sizes("vllm", 128, 8192, 1).sizes[-1] == 256  # 2 · max_num_seqs
+    assert capture_sizes("vllm", 1024, 100, 1).sizes[-1] == 96  # not above the budget
+    assert not capture_sizes("vllm", 1024, 8192, 1, enforce_eager=True).sizes
+
+
+def test_sglang_pads_decode_steps_only():
+    g = capture_sizes("sglang", 1024, 8192, tp=1)
+    assert g.sizes[:6] == (1, 2, 4, 8, 12, 16) and g.sizes[-1] == 256
+    assert g.padded(13, decode_step=True) == 16 and g.padded(13, decode_step=False) == 13
+    assert capture_sizes("sglang", 1024, 8192, tp=4).sizes[-1] == 512
+    assert capture_sizes("sglang", 1024, 8192, tp=1, cuda_graph_max_bs=8).sizes == (1, 2, 4, 8)
+    assert not capture_sizes("trtllm", 1024, 8192, 1).sizes  # no padding by default
+
+
+def test_a_padded_step_costs_its_captured_size(compose_cfg):
+    """Nine decodes run the 16-token graph: their token operators cost what 16 tokens cost;
+    with enforce_eager they cost nine tokens' worth."""
+    graphs = build_cost_model(plain(compose_cfg()))
+    eager = build_cost_model(plain(compose_cfg("backend.enforce_eager=true")))
+    ctx = np.full(9, 500)
+    assert graphs.graphs.padded(9, True) == 16
+    padded = graphs._stage_token_parts(9, 9, True)[0]
+    assert padded == pytest.approx(eager._stage_token_parts(16, 9, True)[0])
+    assert graphs.step_cost(np.ones(9, int), ctx).time_s > eager.step_cost(
+        np.ones(9, int), ctx).time_s
+
+
+def test_async_scheduling_hides_host_time_under_the_gpu(compose_cfg):
+    """vLLM's --async-scheduling: a step takes max(GPU, host), not their sum."""
+    sync = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=3")))
+    hidden = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=3",
+                                                "backend.async_scheduling=true")))
+    n, c = np.ones(64, int), np.full(64, 1000)
+    a, b = sync.step_cost(n, c), hidden.step_cost(n, c)
+    gpu = a.compute_s + a.memory_s + a.comm_s
+    assert a.time_s == pytest.approx(gpu + a.host_s)
+    assert b.time_s == pytest.approx(max(gpu, a.host_s)) and b.host_s == pytest.approx(
+        max(0.0, a.host_s - gpu))
+    long = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=100",
+                                              "backend.async_scheduling=true")))
+    assert long.step_cost(n, c).time_s == pytest.approx(0.1 + 64 * long.host_per_seq_s)

@@ -1,0 +1,80 @@
+"""The API server in front of each replica (``sim.frontend``): a FIFO of admissions and
+streamed steps whose time adds to what clients see, not to engine time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim import simulate
+from sim.builders import build_frontend_costs, check_config
+from sim.errors import ConfigError
+from sim.frontend import FrontendCosts, FrontendServer
+
+
+def md1_mean_sojourn(service_s: float, rho: float) -> float:
+    """Mean time in an M/D/1 system: S + ρS / (2(1 − ρ))."""
+    return service_s + rho * service_s / (2 * (1 - rho))
+
+
+def test_frontend_alone_is_an_md1_queue(compose_cfg, requests_for):
+    """Poisson requests, a fixed admission time D and an engine that takes no time to speak
+    of: the time from send to engine is an M/D/1 sojourn."""
+    cfg = compose_cfg("cost_model=constant", "cost_model.step_time_ms=0.001",
+                      "workload=poisson", "workload.rate=70", "workload.num_requests=60000",
+                      "workload.input_tokens=100", "workload.output_tokens=1", "seed=2",
+                      "backend.frontend.per_request_ms=10")
+    r = simulate(cfg, requests_for(cfg, 2)).requests
+    in_frontend = (r["engine_arrival_s"] - r["arrival_s"]).mean()
+    assert in_frontend == pytest.approx(md1_mean_sojourn(0.010, 0.7), rel=0.03)
+
+
+def test_one_request_through_the_frontend_by_hand(compose_cfg):
+    """3 ms to admit, 2 ms to the engine, 10 ms steps, 1 ms to stream each token."""
+    cfg = compose_cfg("cost_model=constant", "cost_model.step_time_ms=10",
+                      "backend.frontend.per_request_ms=3", "backend.frontend.latency_ms=2",
+                      "backend.frontend.per_output_token_us=1000")
+    req = pd.DataFrame({"arrival_time_s": [0.0], "input_tokens": [50], "output_tokens": [5],
+                        "client": [-1], "think_time_s": [0.0]})
+    r = simulate(cfg, req).requests.iloc[0]
+    assert r["engine_arrival_s"] == pytest.approx(0.005)
+    assert r["first_scheduled_s"] == pytest.approx(0.005)
+    assert r["first_token_s"] == pytest.approx(0.016)  # prefill step ends at 15 ms, + 1 ms
+    assert r["completion_s"] == pytest.approx(0.056)  # four more 10 ms steps
+
+
+def test_streaming_delays_admissions_behind_it():
+    """One server: an admission sent while a step's tokens stream waits for them."""
+    costs = FrontendCosts.from_units(per_request_ms=1, per_output_token_us=100)
+    server = FrontendServer(costs, costs.service_times(np.array([10, 10])), np.zeros(2))
+    assert server.stream(1.0, 50) == pytest.approx(1.005)
+    assert server.admit(0, 1.001) == pytest.approx(1.006)  # behind the 5 ms of streaming
+    assert server.stream(2.0, 0) == 2.0  # a step that sampled nothing streams nothing
+
+
+def test_frontend_costs_come_from_the_config_or_the_calibrated_file(compose_cfg):
+    cfg = compose_cfg("backend.frontend.per_request_ms=4")
+    costs = build_frontend_costs(cfg)
+    assert costs.per_request_s == pytest.approx(0.004)
+    constant = build_frontend_costs(compose_cfg("cost_model=constant"))
+    assert constant.is_wire  # queueing-theory runs: only what the config sets
+
+
+def test_replica_failures_keep_every_request_through_the_frontend(compose_cfg, requests_for):
+    """Requests still in a failed replica's frontend go back to the router: every request
+    ends completed, rejected or failed, and the invariants hold after every step."""
+    cfg = compose_cfg("workload.num_requests=300", "workload.rate=20", "cluster.replicas=3",
+                      "cluster.failure.mtbf_s=4", "cluster.failure.mttr_s=1",
+                      "backend.frontend.per_request_ms=20", "check_invariants=true")
+    r = simulate(cfg, requests_for(cfg, 0)).requests
+    assert r["status"].isin(["completed", "rejected", "failed"]).all()
+    assert r["num_retries"].sum() > 0
+
+
+@pytest.mark.parametrize("key", ["per_request_ms", "per_prompt_token_us",
+                                 "per_output_token_us", "latency_ms"])
+def test_a_negative_frontend_cost_is_one_error(compose_cfg, key):
+    cfg = compose_cfg(f"backend.frontend.{key}=-1")
+    with pytest.raises(ConfigError, match=f"backend.frontend.{key}"):
+        check_config(cfg)
