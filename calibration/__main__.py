@@ -5,6 +5,8 @@
 - ``check data_dir=DIR hardware=NAME backend=NAME``: error of the current parameters on every
   measured row (``check.json`` and ``predictions.parquet`` in the run's output dir);
 - ``validate …``: the simulator against measured serving benchmarks;
+- ``from-bench results=[PATH,...] model=NAME backend=NAME``: fit the frontend and host costs
+  to your own ``vllm bench serve`` result files, write a calibration file;
 - ``profile …``: measure kernels on this machine's GPU into the aiconfigurator layout.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("fit", "check", "validate", "profile")
+COMMANDS = ("fit", "check", "validate", "from-bench", "profile")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +29,11 @@ def main(argv: list[str] | None = None) -> int:
         from calibration.app import run_command
 
         return run_command(command, overrides)
-    if command in ("validate", "profile"):
+    if command in ("validate", "from-bench", "profile"):
         try:
-            module = importlib.import_module(f"calibration.{command}")
+            module = importlib.import_module(f"calibration.{command.replace('-', '_')}")
         except ModuleNotFoundError as e:
-            if e.name != f"calibration.{command}":
+            if e.name != f"calibration.{command.replace('-', '_')}":
                 raise
             print(f"error: command={command!r}: calibration/{command} is not installed",
                   file=sys.stderr)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 import conf
 from sim.config.backend import BACKENDS
 from sim.errors import ConfigError
+from sim.preflight import one_line
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = str(Path(conf.__file__).resolve().parent / "calibration")  # its own search path:
@@ -81,3 +86,51 @@ def check(cfg) -> None:
             raise ConfigError("families", f, f"each one of {list(FAMILIES)}")
     if cfg.gemm_tile is not None and (len(cfg.gemm_tile) != 2 or min(cfg.gemm_tile) < 1):
         raise ConfigError("gemm_tile", list(cfg.gemm_tile), "[tile_m, tile_n], both >= 1")
+
+
+def compose_command(name: str, schema, overrides: list[str]):
+    """The composed config of command ``name`` (``conf/calibration/<name>.yaml`` on
+    ``schema``) and its run directory (``hydra.run.dir`` may be overridden)."""
+    # The simulator's schemas in the ConfigStore make ``hardware``/``backend`` config groups,
+    # which would turn ``hardware=NAME`` into a group override; hide them while composing.
+    repo = ConfigStore.instance().repo
+    hidden = {k: repo.pop(k) for k in [f.name for f in fields(schema)] if k in repo}
+    try:
+        with initialize_config_dir(CONF_DIR, version_base=None):
+            cfg = compose(name, overrides=overrides, return_hydra_config=True)
+    finally:
+        repo.update(hidden)
+    outdir = Path(str(cfg.hydra.run.dir))
+    OmegaConf.set_struct(cfg, False)
+    del cfg["hydra"]
+    OmegaConf.to_container(cfg, throw_on_missing=True)
+    return cfg, outdir
+
+
+def command_main(overrides: list[str] | None, compose_config, body) -> int:
+    """Compose (``compose_config(overrides)``), then ``body(cfg, outdir)``; 0, or 2 with one
+    line on stderr for bad input."""
+    overrides = sys.argv[1:] if overrides is None else list(overrides)
+    try:
+        cfg, outdir = compose_config(overrides)
+        body(cfg, outdir)
+    except (HydraException, OmegaConfBaseException) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+class SimConfigContext:
+    """A Hydra context on the simulator's own config tree (``conf/``), for commands that
+    compose and simulate many runs (``with`` it, then ``hydra.compose("config", ...)``)."""
+
+    def __enter__(self):
+        self._hydra = initialize_config_dir(str(Path(conf.__file__).parent), version_base=None)
+        self._hydra.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hydra.__exit__(*exc)

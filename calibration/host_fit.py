@@ -148,11 +148,16 @@ def host_block(f: dict, fraction: float, seed: int, csv: str, harness: str = "")
 
 
 def write_host(path: Path, block: dict) -> None:
-    """Replace the ``host:`` block (the top-level key and its indented lines) of ``path``,
-    leaving every other line of the file as it is."""
+    """Replace the ``host:`` block of ``path`` (``write_block``)."""
+    write_block(path, "host", block)
+
+
+def write_block(path: Path, key: str, block: dict) -> None:
+    """Replace the top-level ``key:`` block (the key and its indented lines) of ``path``, or
+    append it, leaving every other line of the file as it is."""
     lines = path.read_text().splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.startswith("host:")), None)
-    new = yaml.safe_dump({"host": block}, sort_keys=False, width=100)
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(f"{key}:")), None)
+    new = yaml.safe_dump({key: block}, sort_keys=False, width=100)
     if start is None:
         lines.append(new)
     else:

@@ -3,6 +3,9 @@
     python -m calibration validate silicon_csv=PATH hardware=h100_sxm [backend=NAME]
         [models=[a,b]] [limit=N] [harness=burst|ramp|desync] [requests_per_client=10]
         [fit_host=true]
+    python -m calibration validate gpustack_csv=PATH [backend=NAME] [fit_frontend=true]
+        (``vllm bench serve`` runs replayed as their client ran them:
+        ``calibration.validate_bench``)
 
 Every row of a CSV in the layout of aiconfigurator's ``silicon_sample_h100.csv`` is a closed-loop
 benchmark: ``concurrency`` clients, each sending its next request when the previous one
@@ -40,27 +43,22 @@ backend (``calibration.host_fit``) and validates with the fitted values.
 
 from __future__ import annotations
 
-import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import yaml
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.core.config_store import ConfigStore
-from hydra.errors import HydraException
-from omegaconf import MISSING, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-import conf
 import sim.app  # noqa: F401  (registers the simulator's config schemas with Hydra)
 import sim.builders
 from analysis.metrics import per_request_latencies
 from calibration import host_fit
-from calibration.config import CONF_DIR
+from calibration.config import SimConfigContext, command_main, compose_command
 from calibration.silicon_rows import calibration_file, plan_rows
 from calibration.validate_report import (
     METRICS,
@@ -72,7 +70,6 @@ from calibration.validate_report import (
 from scenarios import WorkloadError, requests_for_seed
 from sim import simulate
 from sim.errors import ConfigError
-from sim.preflight import one_line
 
 
 @dataclass
@@ -80,7 +77,8 @@ class ValidateConfig:
     """Keys of ``python -m calibration validate`` (see ``conf/calibration/validate.yaml``)."""
 
     defaults: list[Any] = field(default_factory=list)
-    silicon_csv: str = MISSING
+    silicon_csv: str | None = None
+    gpustack_csv: str | None = None
     hardware: str = "h100_sxm"
     backend: str | None = None
     models: list[str] | None = None
@@ -93,6 +91,10 @@ class ValidateConfig:
     fit_host: bool = False
     held_out_fraction: float = 0.3
     write_host: bool = True
+    fit_frontend: bool = False
+    write_frontend: bool = True
+    max_evals: int = 40
+    n_jobs: int = 2
 
 
 ConfigStore.instance().store(name="base_validate", node=ValidateConfig)
@@ -102,20 +104,12 @@ ConfigStore.instance().store(name="base_validate", node=ValidateConfig)
 HARNESSES = ("burst", "ramp", "desync")
 
 
-class RowSimulator:
+class RowSimulator(SimConfigContext):
     """Composes and simulates planned rows inside one Hydra context, in one of the
     ``HARNESSES`` (see the module docstring)."""
 
     def __init__(self, requests_per_client: int, seed: int = 0, harness: str = "burst") -> None:
         self.per_client, self.seed, self.harness = requests_per_client, seed, harness
-
-    def __enter__(self) -> RowSimulator:
-        self._hydra = initialize_config_dir(str(Path(conf.__file__).parent), version_base=None)
-        self._hydra.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._hydra.__exit__(*exc)
 
     def compose(self, plan: dict):
         """The simulator's composed config of one plan, checked (``ConfigError`` if refused).
@@ -261,8 +255,17 @@ def simulate_plans(plans: pd.DataFrame, simulator: RowSimulator,
 
 def check(cfg) -> None:
     """Every key in range; one message naming the first bad one."""
-    if not Path(cfg.silicon_csv).is_file():
-        raise ConfigError("silicon_csv", cfg.silicon_csv, "not a file")
+    if (cfg.silicon_csv is None) == (cfg.gpustack_csv is None):
+        raise ConfigError("silicon_csv", cfg.silicon_csv,
+                          "give exactly one of silicon_csv=PATH and gpustack_csv=PATH")
+    key = "silicon_csv" if cfg.silicon_csv is not None else "gpustack_csv"
+    if not Path(cfg[key]).is_file():
+        raise ConfigError(key, cfg[key], "not a file")
+    if cfg.fit_frontend and cfg.gpustack_csv is None:
+        raise ConfigError("fit_frontend", True, "needs gpustack_csv=PATH (measured runs)")
+    if cfg.max_evals < 1 or cfg.n_jobs < 1:
+        raise ConfigError("max_evals" if cfg.max_evals < 1 else "n_jobs",
+                          min(cfg.max_evals, cfg.n_jobs), "must be >= 1")
     if cfg.backend is not None and cfg.backend not in ("vllm", "sglang", "trtllm"):
         raise ConfigError("backend", cfg.backend, "one of ['vllm', 'sglang', 'trtllm'] or null")
     if cfg.harness not in HARNESSES:
@@ -347,36 +350,22 @@ def _fit_host(plans: pd.DataFrame, simulator: RowSimulator, cfg) -> tuple[dict, 
 
 def compose_config(overrides: list[str]):
     """The composed validate config and its run directory (``hydra.run.dir`` may be overridden)."""
-    # The simulator's schemas in the ConfigStore make ``hardware``/``backend`` config groups,
-    # which would turn ``hardware=NAME`` into a group override; hide them while composing.
-    repo = ConfigStore.instance().repo
-    hidden = {k: repo.pop(k) for k in [f.name for f in fields(ValidateConfig)] if k in repo}
-    try:
-        with initialize_config_dir(CONF_DIR, version_base=None):
-            cfg = compose("validate", overrides=overrides, return_hydra_config=True)
-    finally:
-        repo.update(hidden)
-    outdir = Path(str(cfg.hydra.run.dir))
-    OmegaConf.set_struct(cfg, False)
-    del cfg["hydra"]
-    OmegaConf.to_container(cfg, throw_on_missing=True)
-    return cfg, outdir
+    return compose_command("validate", ValidateConfig, overrides)
+
+
+def _check_and_run(cfg, outdir: Path) -> None:
+    check(cfg)
+    if cfg.gpustack_csv is not None:
+        from calibration import validate_bench
+
+        validate_bench.run(cfg, outdir)
+    else:
+        run(cfg, outdir)
 
 
 def main(overrides: list[str] | None = None) -> int:
     """Run the command with ``key=value`` overrides; 0, or 2 with one line on stderr."""
-    overrides = sys.argv[1:] if overrides is None else list(overrides)
-    try:
-        cfg, outdir = compose_config(overrides)
-        check(cfg)
-        run(cfg, outdir)
-    except (HydraException, OmegaConfBaseException) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return command_main(overrides, compose_config, _check_and_run)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,10 @@ def test_held_out_keeps_whole_groups():
 def test_step_counts_make_predictions_exactly_linear():
     plan = plan_rows(pd.DataFrame([row(batch_size=3.0, isl=96, osl=6)]),
                      "h100_sxm").iloc[0].to_dict()
+    # the engine alone: a frontend's streaming queue makes the clients' times depend on the
+    # steps' durations
+    plan["overrides"] = [*plan["overrides"], *(f"backend.frontend.{k}=0" for k in (
+        "per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms"))]
     with RowSimulator(3, harness="burst") as s:  # started together, the schedule is duration-free
         r0 = s.run(s.compose(plan), (0.0, 0.0))
         r1 = s.run(s.compose(plan), (2.0, 30.0))

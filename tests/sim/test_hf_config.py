@@ -152,10 +152,14 @@ def _write(tmp_path: Path, config: dict, folder: str = "Some-Model") -> Path:
     return path
 
 
+# models whose config.json and round trip are checked in tests/sim/test_gpustack_models.py
+CHECKED_ELSEWHERE = {"qwen3_8b", "qwen3_14b", "gpt_oss_20b", "glm45_air"}
+
+
 def test_every_shipped_yaml_has_its_config_json_here():
     shipped = {p.stem for p in (REPO / "conf" / "model").glob("*.yaml")
                if "kind: diffusion" not in p.read_text()}  # pipelines have no config.json
-    assert shipped == set(BY_YAML)
+    assert shipped == set(BY_YAML) | CHECKED_ELSEWHERE
 
 
 @pytest.mark.parametrize("name", sorted(BY_YAML))

@@ -1,0 +1,92 @@
+"""``python -m calibration validate gpustack_csv=PATH``: replay measured ``vllm bench serve``
+runs as their client ran them (``calibration.bench_replay``) and report the error of every
+metric per backend, on all runs and on the runs of models held out of the frontend fit.
+
+``fit_frontend=true`` first fits each backend's frontend costs (``calibration.frontend_fit``)
+on the runs of the models not held out and writes them into the backend's calibrated file
+(``write_frontend=false``: report only); the split is whatever the calibrated file's
+``frontend:`` block records.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from analysis.report import atomic_write, write_text
+from calibration import frontend_fit
+from calibration.bench_replay import error_table, format_error_table, replay
+from calibration.bench_runs import read_gpustack
+from calibration.host_fit import write_block
+from calibration.silicon_rows import calibration_file
+
+SHOWN = ["id", "backend", "model", "tp", "input_len", "output_len", "max_concurrency",
+         "split", "err_mean_ttft_ms", "err_median_ttft_ms", "err_request_throughput",
+         "err_mean_tpot_ms", "err_median_itl_ms", "reason", "note"]
+
+
+def held_out_of(hardware: str, backend: str) -> list[str]:
+    """The models the backend's calibrated ``frontend:`` block held out of its fit."""
+    path = calibration_file(hardware, backend)
+    doc = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    return list((doc.get("frontend") or {}).get("held_out_models") or [])
+
+
+def run(cfg, outdir: Path) -> dict:
+    """Fit (optionally), replay, report, write ``validate.json`` and ``runs.parquet``."""
+    t0 = time.perf_counter()
+    runs = read_gpustack(cfg.gpustack_csv)
+    if cfg.backend is not None:
+        runs = [r for r in runs if r.backend == cfg.backend]
+    doc: dict[str, Any] = {"gpustack_csv": str(cfg.gpustack_csv), "hardware": cfg.hardware}
+    backends = sorted({r.backend for r in runs})
+    if cfg.fit_frontend:
+        doc["frontend_fit"] = {}
+        for b in backends:
+            print(f"fitting the {b} frontend ...", flush=True)
+            fit = frontend_fit.fit_frontend(runs, b, cfg.hardware, cfg.held_out_fraction,
+                                            cfg.seed, cfg.max_evals, cfg.n_jobs)
+            block = frontend_fit.frontend_block(fit, Path(cfg.gpustack_csv).name,
+                                                cfg.held_out_fraction, cfg.seed)
+            doc["frontend_fit"][b] = {k: v for k, v in block.items()}
+            print(format_error_table(error_table(fit["before"], frontend_fit.FIT_METRICS),
+                                     f"{b}: before (no frontend)"))
+            if cfg.write_frontend:
+                write_block(calibration_file(cfg.hardware, b), "frontend", block)
+                doc["frontend_fit"][b]["written_to"] = str(calibration_file(cfg.hardware, b))
+    table = replay(runs, cfg.hardware)
+    held = {b: held_out_of(cfg.hardware, b) for b in backends}
+    table["split"] = [("held_out" if m in held.get(b, []) else "train")
+                      for b, m in zip(table["backend"], table["model"], strict=True)]
+    done = table[table["reason"] == ""]
+    report = [format_error_table(error_table(done), "every simulated run"),
+              format_error_table(error_table(done[done["split"] == "held_out"]),
+                                 "runs of models held out of the frontend fit")]
+    print("\n\n".join(report))
+    skipped = table[table["reason"] != ""]
+    if len(skipped):
+        print(f"\n{len(skipped)} runs not simulated:")
+        for r in skipped.itertuples():
+            print(f"  {r.id} {r.backend} {r.model_path}: {r.reason}")
+    doc |= {"runs": len(table), "simulated": len(done), "held_out_models": held,
+            "errors": error_table(done).to_dict("records"),
+            "held_out_errors": error_table(done[done["split"] == "held_out"]).to_dict("records"),
+            "not_simulated": skipped[["id", "reason"]].to_dict("records"),
+            "wall_s": round(time.perf_counter() - t0, 1)}
+    outdir.mkdir(parents=True, exist_ok=True)
+    atomic_write(outdir / "runs.parquet", lambda p: table.to_parquet(p, index=False))
+    write_text(outdir / "validate.json", json.dumps(doc, indent=2, default=str) + "\n")
+    write_text(outdir / "validate.md", "\n\n".join(report) + "\n")
+    print(f"\n{len(done)} of {len(table)} runs simulated in {doc['wall_s']} s; written to "
+          f"{outdir}/validate.json, validate.md and runs.parquet")
+    return doc
+
+
+def shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The columns worth printing per run."""
+    return table[[c for c in SHOWN if c in table]]
