@@ -3,8 +3,8 @@
 The four costs — per request and per prompt token (admission), per streamed token, and the
 request path's fixed latency — are fitted with ``scipy.optimize.least_squares`` (soft-L1,
 stopped after ``max_evals`` simulated trials, Jacobian columns included; the best trial wins) on
-``log(pred / meas)`` of each training run's mean and median TTFT, request throughput and mean
-TPOT, every run replayed in full by the simulator for each trial (``calibration.bench_replay``;
+``log(pred / meas)`` of each training run's mean and median TTFT, request throughput, mean
+TPOT and mean ITL (the gaps streaming leaves between tokens), every run replayed in full by the simulator for each trial (``calibration.bench_replay``;
 the runs of one trial are simulated in parallel processes). The split is by model: a share of
 the backend's models (whole models, all their runs) is held out of the fit and its error
 reported beside the training error.
@@ -23,7 +23,8 @@ from calibration.bench_replay import error_table, plan_run, replay
 from calibration.bench_runs import BenchRun
 from sim.frontend import FRONTEND_KEYS
 
-FIT_METRICS = ("mean_ttft_ms", "median_ttft_ms", "request_throughput", "mean_tpot_ms")
+FIT_METRICS = ("mean_ttft_ms", "median_ttft_ms", "request_throughput", "mean_tpot_ms",
+               "mean_itl_ms")
 START = {"per_request_ms": 2.0, "per_prompt_token_us": 1.0, "per_output_token_us": 50.0,
          "latency_ms": 20.0}
 MISS = 3.0  # the residual of a run the trial could not simulate (a factor of e^3)
@@ -150,7 +151,8 @@ def frontend_block(fit: dict, data: str, fraction: float, seed: int) -> dict:
     return {**fit["costs"], "fitted": True, "fitted_on": date.today().isoformat(),
             "method": "python -m calibration validate gpustack_csv=... fit_frontend=true: "
                       "scipy least_squares (soft-L1) on log(pred/meas) of mean and median "
-                      "TTFT, request throughput and mean TPOT, every run replayed in full",
+                      "TTFT, request throughput, mean TPOT and mean ITL, every run replayed "
+                      "in full",
             "data": data,
             "split": f"{round(fraction * 100)}% of the backend's models held out "
                      f"(whole models), seed {seed}",
