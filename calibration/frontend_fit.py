@@ -2,12 +2,13 @@
 
 The four costs — per request and per prompt token (admission), per streamed token, and the
 request path's fixed latency — are fitted with ``scipy.optimize.least_squares`` (soft-L1,
-stopped after ``max_evals`` simulated trials, Jacobian columns included; the best trial wins) on
-``log(pred / meas)`` of each training run's mean and median TTFT, request throughput, mean
-TPOT and mean ITL (the gaps streaming leaves between tokens), every run replayed in full by the simulator for each trial (``calibration.bench_replay``;
-the runs of one trial are simulated in parallel processes). The split is by model: a share of
-the backend's models (whole models, all their runs) is held out of the fit and its error
-reported beside the training error.
+stopped after ``max_evals`` simulated trials, Jacobian columns included; the best trial
+wins) on ``log(pred / meas)`` of each training run's mean and median TTFT, request
+throughput, mean TPOT and mean ITL (the gaps streaming leaves between tokens), every run
+replayed in full by the simulator for each trial (``calibration.bench_replay``; the runs of
+one trial are simulated in parallel processes). The split is by model: a share of the
+backend's models (whole models, all their runs) is held out of the fit and its error reported
+beside the training error.
 """
 
 from __future__ import annotations

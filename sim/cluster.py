@@ -166,8 +166,11 @@ class Cluster:
                     [self._build(pool_cfg, table, itl, tp_field) for _ in range(size)])
         pool.on_finish = self._finished
         for r, parts in enumerate(pool.parts):
+            # disaggregated: the prefill side admits, the decode side streams to the client
+            costs = (dataclasses.replace(self.frontend_costs, per_output_token_s=0.0)
+                     if name == "prefill" else self.frontend_costs)
             frontend = None if self.engine_arrival is None else FrontendServer(
-                self.frontend_costs, self.frontend_service_s, self.engine_arrival)
+                costs, self.frontend_service_s, self.engine_arrival)
             pool.replicas.append(Replica(
                 self.env, parts.scheduler, parts.cost_model,
                 on_complete=lambda ids, now, p=pool, r=r: p.on_finish(p, r, ids, now),

@@ -86,12 +86,12 @@ class Replica:
     def submit(self, rid: int) -> None:
         """A request routed here now: through the frontend, then to the scheduler."""
         if self.frontend is None:
-            self._enter(rid)
+            self.accept(rid)
             return
         now = self.env.now
         at = self.frontend.admit(rid, now)
         if at == now:
-            self._enter(rid)
+            self.accept(rid)
             return
         self.in_frontend.add(rid)
         self.env.timeout(at - now).callbacks.append(lambda _e, r=rid: self._through(r))
@@ -99,7 +99,7 @@ class Replica:
     def _through(self, rid: int) -> None:
         if rid in self.in_frontend:  # (not taken back by a failure meanwhile)
             self.in_frontend.discard(rid)
-            self._enter(rid)
+            self.accept(rid)
 
     def take_frontend_queue(self) -> np.ndarray:
         """The requests still in the frontend, which will not reach this engine (a failure)."""
@@ -107,8 +107,9 @@ class Replica:
         self.in_frontend.clear()
         return ids
 
-    def _enter(self, rid: int) -> None:
-        """Hand a request to this replica's scheduler, waking the replica if it sleeps."""
+    def accept(self, rid: int) -> None:
+        """Hand a request to this replica's scheduler, waking the replica if it sleeps (past
+        the frontend; a disaggregated request whose KV cache lands here comes straight in)."""
         self.scheduler.add_request(rid)
         w = self._window
         if w is not None:

@@ -173,7 +173,7 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st):
 @njit(cache=True)
 def _enter(rid, r, pool, st, t):
     """``rid`` reaches replica ``r``'s scheduler: queued, waking the replica if idle
-    (``Replica._enter``)."""
+    (``Replica.accept``)."""
     rs, wnext, instant = pool[0], pool[6], pool[7]
     t[6][rid] = S.WAITING
     S.wait_append(rs[r], wnext, rid)

@@ -78,3 +78,18 @@ def test_a_negative_frontend_cost_is_one_error(compose_cfg, key):
     cfg = compose_cfg(f"backend.frontend.{key}=-1")
     with pytest.raises(ConfigError, match=f"backend.frontend.{key}"):
         check_config(cfg)
+
+
+def test_disaggregated_requests_pass_one_frontend(compose_cfg, requests_for):
+    """The prefill side admits a request, the decode side streams its tokens; the KV
+    transfer lands on the decode replica without a second admission."""
+    over = ("cluster=disagg", "cluster.prefill_replicas=1", "cluster.decode_replicas=1",
+            "workload.num_requests=40", "backend.frontend.per_request_ms=50",
+            "backend.frontend.latency_ms=0", "backend.frontend.per_prompt_token_us=0",
+            "backend.frontend.per_output_token_us=0")
+    cfg = compose_cfg(*over)
+    r = simulate(cfg, requests_for(cfg, 0)).requests
+    first = r.iloc[0]
+    assert first["engine_arrival_s"] == pytest.approx(first["arrival_s"] + 0.05)
+    # one admission of 50 ms before the prefill, none after the transfer
+    assert (r["first_token_s"] - r["kv_transfer_end_s"]).max() < 0.05
