@@ -91,8 +91,9 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
     with ``held_out_runs``, on the runs not named there); the fitted costs, the split, and
     the per-run tables before (every cost 0, the calibrated host) and after. ``host_ms``:
     also fit the per-step host overhead (``cost_model.host_overhead_ms``), from that value."""
-    mine = [r for r in runs if r.backend == backend and not plan_run(r, hardware)["reason"]]
-    models = {r.id: plan_run(r, hardware)["model"] for r in mine}
+    plans = {r.id: plan_run(r, hardware) for r in runs if r.backend == backend}
+    mine = [r for r in runs if r.id in plans and not plans[r.id]["reason"]]
+    models = {r.id: plans[r.id]["model"] for r in mine}
     if held_out_runs is None:
         held = held_out_models(list(models.values()), held_out_fraction, seed)
         is_held = {r.id: models[r.id] in held for r in mine}

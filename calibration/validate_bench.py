@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import yaml
 
 from analysis.report import atomic_write, write_text
@@ -24,10 +23,6 @@ from calibration.bench_replay import error_table, format_error_table, replay
 from calibration.bench_runs import read_gpustack
 from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
-
-SHOWN = ["id", "backend", "model", "tp", "input_len", "output_len", "max_concurrency",
-         "split", "err_mean_ttft_ms", "err_median_ttft_ms", "err_request_throughput",
-         "err_mean_tpot_ms", "err_median_itl_ms", "reason", "note"]
 
 
 def held_out_of(hardware: str, backend: str) -> list[str]:
@@ -85,8 +80,3 @@ def run(cfg, outdir: Path) -> dict:
     print(f"\n{len(done)} of {len(table)} runs simulated in {doc['wall_s']} s; written to "
           f"{outdir}/validate.json, validate.md and runs.parquet")
     return doc
-
-
-def shown(table: pd.DataFrame) -> pd.DataFrame:
-    """The columns worth printing per run."""
-    return table[[c for c in SHOWN if c in table]]

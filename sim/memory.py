@@ -351,8 +351,14 @@ def _stage_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig
     """One stage's own budget (its GPUs alone) under engine ``rule``, refusing a stage that
     does not fit."""
     weights = stage_weight_bytes(model, tp, ep, stage)
-    acts = {"vllm": activation_peak_bytes, "trtllm": forward_activation_bytes}.get(
-        rule, lambda *a: 0)(model, sched, tp, ep, stage)
+    # what the engine's own profiling pass measures: vLLM's forward + sampler, TensorRT-LLM's
+    # prefill; SGLang profiles nothing (its reserve is inside mem_fraction_static)
+    if rule == "vllm":
+        acts = activation_peak_bytes(model, sched, tp, ep, stage)
+    elif rule == "trtllm":
+        acts = forward_activation_bytes(model, sched, tp, ep, stage)
+    else:
+        acts = 0
     other = int(kv.other_memory_gib * GIB)
     mem = kv_memory(rule, hw, kv, sched, weights, acts, other, tp, pp)
     usable, free = mem.usable_bytes, mem.kv_bytes
