@@ -7,6 +7,8 @@
 - ``validate …``: the simulator against measured serving benchmarks;
 - ``from-bench results=[PATH,...] model=NAME backend=NAME``: fit the frontend and host costs
   to your own ``vllm bench serve`` result files, write a calibration file;
+- ``fit-attention-kernels csv=PATH hardware=NAME``: fit the attention kernel classes
+  (FA2, FA3, …) that price a diffusion transformer's ``model.diffusion.attention_impl``;
 - ``profile …``: measure kernels on this machine's GPU into the aiconfigurator layout.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("fit", "check", "validate", "from-bench", "profile")
+COMMANDS = ("fit", "check", "validate", "from-bench", "fit-attention-kernels", "profile")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         from calibration.app import run_command
 
         return run_command(command, overrides)
-    if command in ("validate", "from-bench", "profile"):
+    if command in ("validate", "from-bench", "fit-attention-kernels", "profile"):
         try:
             module = importlib.import_module(f"calibration.{command.replace('-', '_')}")
         except ModuleNotFoundError as e:

@@ -115,6 +115,9 @@ class DiffusionPipelineConfig:
     frames: int = 1  # 1: an image pipeline
     steps: int = 50
     guidance: str = "cfg"  # cfg: 2 DiT passes per step; distilled / none: 1
+    # the DiT's attention kernel (sim.cost.attention_kernels): fa2, fa3, sdpa_flash, ...;
+    # calibrated: the backend's fitted encoder-attention tables
+    attention_impl: str = "calibrated"
 
 
 def _non_negative_ints(prefix: str, obj) -> None:
@@ -139,6 +142,9 @@ def check_diffusion_pipeline(p: DiffusionPipelineConfig, prefix: str = "model.di
             positive(f"{pre}.{f}", getattr(e, f))
         if e.kv_heads and e.heads % e.kv_heads:
             raise ConfigError(f"{pre}.kv_heads", e.kv_heads, f"must divide heads={e.heads}")
+    from sim.cost.attention_kernels import check_impl  # sim.cost imports sim.config
+
+    check_impl(f"{prefix}.attention_impl", p.attention_impl)
     d, v = p.dit, p.vae
     _non_negative_ints(f"{prefix}.dit", d)
     _non_negative_ints(f"{prefix}.vae", v)

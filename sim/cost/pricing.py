@@ -21,6 +21,7 @@ import numpy as np
 
 from sim.config import HardwareConfig
 from sim.config.common import WEIGHT_DTYPE_BYTES, is_fp8
+from sim.cost.attention_kernels import CALIBRATED, kernel_class
 from sim.cost.base import OperatorCost
 from sim.cost.eta import evaluate
 from sim.cost.memo import Memo
@@ -187,21 +188,28 @@ class Pricer:
         return OperatorCost(name, 1, flops, nbytes, t, "compute" if cb else "memory", "bfloat16")
 
     def encoder_attention(self, name: str, batch: int, seq_q: int, seq_kv: int, heads: int,
-                          head_dim: int) -> OperatorCost:
+                          head_dim: int, impl: str = CALIBRATED) -> OperatorCost:
         """One run of non-causal attention: ``batch`` sequences of ``seq_q`` queries each over
         ``seq_kv`` keys (``seq_q != seq_kv``: one ring-attention pass over a K/V block),
         ``heads`` heads of ``head_dim`` on this GPU, bf16, at the bf16 peak. Priced with
-        ``eff.attention_encoder``, or with ``eff.attention_prefill`` on the same work when the
-        calibration has none."""
-        args = (name, batch, seq_q, seq_kv, heads, head_dim)
+        ``eff.attention_encoder`` (or ``eff.attention_prefill`` on the same work when the
+        calibration has none), or, for a named kernel ``impl`` (``fa2``, ``fa3``, ...), with
+        that kernel class's efficiency (``sim.cost.attention_kernels``)."""
+        args = (name, batch, seq_q, seq_kv, heads, head_dim, impl)
         return self._memo.get_or(("encoder_attention",) + args,
                                  lambda: self._encoder_attention(*args))
 
     def _encoder_attention(self, name: str, batch: int, seq_q: int, seq_kv: int, heads: int,
-                           head_dim: int) -> OperatorCost:
-        e = self.eff.attention_encoder or self.eff.attention_prefill
+                           head_dim: int, impl: str) -> OperatorCost:
         f, b = encoder_attention_work(float(batch), float(seq_q), float(seq_kv), float(heads),
                                       float(head_dim), ACT_BYTES)
+        k = kernel_class(self.hw.calibration, impl)
+        if k is not None:
+            tc = f / (self.hw.bf16_flops * float(k.eta(seq_kv, head_dim)))
+            tm = b / self.hw.hbm_bandwidth
+            return OperatorCost(name, 1, f, b, max(tc, tm), "compute" if tc >= tm else "memory",
+                                "bfloat16")
+        e = self.eff.attention_encoder or self.eff.attention_prefill
         # every head has its own K and V: the kernel's parallel units are batch × heads
         t, cb = attention_point_time(e, f, b, seq_q, batch, self.hw.bf16_flops,
                                      self.hw.hbm_bandwidth, head_dim, heads, self.hw.num_sms)

@@ -104,7 +104,8 @@ class DiffusionCostModel:
 
     def _step(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:
         split = dit_split(plan, job, self.link_bw)
-        ops = dit_step_ops(self.pricer, job.pipe.dit, job.image_tokens, split)
+        ops = dit_step_ops(self.pricer, job.pipe.dit, job.image_tokens, split,
+                           job.pipe.attention_impl)
         return ops + plan_comm_ops(self.pricer, plan, job, split, ops)
 
     def _decode(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:

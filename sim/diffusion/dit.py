@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.config.diffusion_model import DiTConfig
+from sim.cost.attention_kernels import CALIBRATED
 from sim.cost.base import OperatorCost
 from sim.cost.pricing import ACT_BYTES, Pricer
 
@@ -88,8 +89,10 @@ def _tok(n: int, ways: int) -> int:
 class DitOps:
     """Builds the operator list of one step of ``dit`` for ``image_tokens`` latent tokens."""
 
-    def __init__(self, pricer: Pricer, dit: DiTConfig, image_tokens: int, split: DitSplit):
+    def __init__(self, pricer: Pricer, dit: DiTConfig, image_tokens: int, split: DitSplit,
+                 attention_impl: str = CALIBRATED):
         self.p, self.d, self.s = pricer, dit, split
+        self.impl = attention_impl
         self.h = dit.hidden
         self.n_img = _tok(image_tokens, split.seq * split.patches)  # per GPU per patch
         self.n_txt = _tok(dit.text_tokens, split.seq * split.patches)
@@ -118,7 +121,7 @@ class DitOps:
         q = _tok(q_tokens, s.ring * s.patches)
         kv = _tok(kv_tokens, s.ring)
         one = chunked(lambda rows: self.p.encoder_attention(name, s.batch, rows, kv, self.heads,
-                                                            d.head_dim), q)
+                                                            d.head_dim, self.impl), q)
         self._add(one, runs * s.ring)
         if s.ring > 1:
             # each pass's partial output is merged into an fp32 accumulator by its softmax
@@ -192,7 +195,8 @@ class DitOps:
         self._add(self.p.gemm("cross.text_kv", self.s.batch * self.s_txt, 2 * h // t, h, DTYPE),
                   layers)
         one = chunked(lambda rows: self.p.encoder_attention(
-            "cross.attention", self.s.batch, rows, self.s_txt, d.heads // t, d.head_dim), n)
+            "cross.attention", self.s.batch, rows, self.s_txt, d.heads // t, d.head_dim,
+            self.impl), n)
         self._add(one, layers * m)
         self._gemm("cross.out", n, h, h // t, layers * m)
         self._gemm("cross.mlp_up", n, f // t, h, layers * m)
@@ -225,10 +229,11 @@ class DitOps:
             self._add(self.p.gemm("time_modulation", self.s.batch, 6 * self.h, self.h, DTYPE), 1)
 
 
-def dit_step_ops(pricer: Pricer, dit: DiTConfig, image_tokens: int,
-                 split: DitSplit) -> list[OperatorCost]:
-    """Every operator of one DiT step on one GPU (per-step totals, module doc)."""
-    b = DitOps(pricer, dit, image_tokens, split)
+def dit_step_ops(pricer: Pricer, dit: DiTConfig, image_tokens: int, split: DitSplit,
+                 attention_impl: str = CALIBRATED) -> list[OperatorCost]:
+    """Every operator of one DiT step on one GPU (per-step totals, module doc); attention
+    priced by the kernel class ``attention_impl`` (``sim.cost.attention_kernels``)."""
+    b = DitOps(pricer, dit, image_tokens, split, attention_impl)
     stage = split.stage
     for kind in ("double", "single", "cross", "shared"):
         layers = getattr(dit, f"{kind}_layers")

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.roofline_chart import write_roofline_chart
+from sim.cost.attention_kernels import CALIBRATED, fallback_note, kernel_class
 from sim.cost.base import OperatorCost
 from sim.diffusion.cost import STAGES, DiffusionCostModel
 from sim.diffusion.job import GUIDANCE_MODES, JobShape, JobTiming, ParallelPlan
@@ -126,6 +127,20 @@ def scaling_table(cost: DiffusionCostModel, shape: JobShape, max_gpus: int) -> p
     return pd.DataFrame(rows)
 
 
+def attention_line(impl: str, hw) -> str:
+    """What prices the DiT's attention: a measured kernel class at a long sequence, or the
+    backend's tables."""
+    if impl == CALIBRATED:
+        return ("calibrated (the backend's fitted encoder-attention tables; "
+                "model.diffusion.attention_impl=fa2|fa3|sdpa_flash|... names a kernel class)")
+    k = kernel_class(hw.calibration, impl)
+    if k is None:
+        return fallback_note(hw.calibration, impl)
+    at = {d: c.eta_max * hw.bf16_flops / 1e12 for d, c in k.curves.items()}
+    peaks = ", ".join(f"head dim {d}: {v:,.0f}" for d, v in sorted(at.items()))
+    return f"{impl} (kernel class {k.name}; saturated TFLOP/s {peaks})"
+
+
 def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: bool) -> list[str]:
     frames = f"x{job.frames} frames" if job.frames > 1 else ""
     how = "the fastest valid plan (plan=auto)" if auto else "plan"
@@ -135,6 +150,7 @@ def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: boo
             f"latent {job.latent_frames}x{job.latent_height}x{job.latent_width} -> "
             f"{job.image_tokens:,} image tokens + {job.text_tokens} text tokens per sequence",
             f"{how}: {plan.label()} ({plan.gpus} GPUs)",
+            f"attention kernel: {attention_line(job.pipe.attention_impl, hw)}",
             f"balance point (peak FLOP/s / memory bandwidth): bf16 "
             f"{hw.bf16_flops / hw.hbm_bandwidth:,.0f} FLOP/B (below it an operator is "
             "memory-bound, above it compute-bound; bound is the cost model's verdict)"]

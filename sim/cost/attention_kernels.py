@@ -1,0 +1,153 @@
+"""Attention implementations as kernel classes: how fast a named kernel runs non-causal
+attention, for the diffusion transformers' ``model.diffusion.attention_impl``.
+
+A pipeline's attention runs whatever kernel its reference code calls, and on an H100 the
+classes differ by 2x: FlashAttention-2 (and PyTorch SDPA's flash backend, which is FA2's
+kernel) reaches about 35% of the bf16 peak, FlashAttention-3 about 65%. Each class is a
+compute efficiency over the sequence length ``s`` (keys per query) at each measured head dim
+``d``:
+
+    eta(s, d) = eta_max(d) * s^p / (s^p + s_half^p)
+
+(a saturating curve: short sequences leave the kernel's pipeline part-empty), fitted by
+``python -m calibration fit-attention-kernels csv=...`` on kernel throughput measured on the
+GPU and written to ``sim/cost/calibrated/<hardware.calibration>/kernels/attention.yaml``.
+Between measured head dims the three parameters are interpolated in log2(d); outside them
+the nearest measured head dim's curve is used, and beyond the longest measured sequence the
+curve's own saturation holds (both said in the calibrated file). A run takes
+``max(flops / (peak * eta), bytes / bandwidth)``.
+
+``calibrated`` (no kernel class) keeps the backend's fitted encoder-attention tables
+(``Pricer.encoder_attention``): the serving engine's own kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from sim.errors import ConfigError
+
+CALIBRATED = "calibrated"
+# the names a pipeline may ask for -> the measured kernel class that prices it
+IMPLS = {
+    "fa2": "fa2",
+    "fa3": "fa3",
+    "triton": "triton",
+    "cudnn": "cudnn",
+    "sdpa_flash": "fa2",   # torch SDPBackend.FLASH_ATTENTION runs FlashAttention-2's kernel
+    "sdpa_cudnn": "cudnn",  # torch SDPBackend.CUDNN_ATTENTION
+    "sdpa_math": "standard",  # torch SDPBackend.MATH: the attention matrix materialised
+}
+FILE = "kernels/attention.yaml"  # beside the backends' files, out of their namespace
+
+
+@dataclass(frozen=True)
+class KernelCurve:
+    """One kernel class at one head dim: ``eta(s) = eta_max * s^p / (s^p + s_half^p)``."""
+
+    eta_max: float
+    s_half: float
+    power: float
+
+    def eta(self, seq) -> np.ndarray:
+        s = np.maximum(np.asarray(seq, float), 1.0)
+        x = (s / self.s_half) ** self.power
+        return self.eta_max * x / (1.0 + x)
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    """A kernel class: its curves by measured head dim (ascending)."""
+
+    name: str
+    curves: dict[int, KernelCurve]
+
+    def curve(self, head_dim: int) -> KernelCurve:
+        """The curve at ``head_dim``: a measured one, interpolated in log2 between two, or the
+        nearest measured one outside them."""
+        dims = sorted(self.curves)
+        if head_dim in self.curves:
+            return self.curves[head_dim]
+        if head_dim <= dims[0]:
+            return self.curves[dims[0]]
+        if head_dim >= dims[-1]:
+            return self.curves[dims[-1]]
+        hi = next(d for d in dims if d > head_dim)
+        lo = dims[dims.index(hi) - 1]
+        w = (math.log2(head_dim) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+        a, b = self.curves[lo], self.curves[hi]
+        return KernelCurve(a.eta_max + w * (b.eta_max - a.eta_max),
+                           2 ** ((1 - w) * math.log2(a.s_half) + w * math.log2(b.s_half)),
+                           a.power + w * (b.power - a.power))
+
+    def eta(self, seq, head_dim: int) -> np.ndarray:
+        return self.curve(int(head_dim)).eta(seq)
+
+
+def check_impl(field: str, impl: str) -> None:
+    """Refuse an implementation name the simulator has no class for."""
+    if impl != CALIBRATED and impl not in IMPLS:
+        raise ConfigError(field, impl, f"one of {[CALIBRATED, *IMPLS]} (sdpa_efficient, the "
+                          "memory-efficient SDPA kernel, has no measurements to price it)")
+
+
+def kernel_classes_path(calibration: str):
+    """Where the kernel classes of ``hardware.calibration`` are (or would be) written."""
+    return resources.files("sim.cost") / "calibrated" / calibration / FILE
+
+
+def load_kernel_classes(calibration: str) -> dict[str, KernelClass]:
+    """The kernel classes fitted for ``hardware.calibration`` (empty if none were)."""
+    path = kernel_classes_path(calibration)
+    if not path.is_file():
+        return {}
+    return _parse(str(path), os.stat(str(path)).st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(path: str, mtime_ns: int) -> dict[str, KernelClass]:
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    return classes_from_dict(doc["classes"])
+
+
+def classes_from_dict(block: dict) -> dict[str, KernelClass]:
+    """``classes:`` of the calibrated file -> kernel classes."""
+    return {name: KernelClass(name, {int(d): KernelCurve(float(c["eta_max"]),
+                                                         float(c["s_half"]), float(c["power"]))
+                                     for d, c in curves.items()})
+            for name, curves in block.items()}
+
+
+def kernel_class(calibration: str, impl: str, field: str = "model.diffusion.attention_impl"
+                 ) -> KernelClass | None:
+    """The class that prices ``impl`` on GPUs of ``calibration``; ``None`` for ``calibrated``
+    or where that GPU has no measurements of the class (the backend's encoder-attention
+    tables price it then, with a warning: ``fallback_note``). ``ConfigError`` for an unknown
+    name."""
+    check_impl(field, impl)
+    if impl == CALIBRATED:
+        return None
+    k = load_kernel_classes(calibration).get(IMPLS[impl])
+    if k is None:
+        _warn_fallback(calibration, impl)
+    return k
+
+
+def fallback_note(calibration: str, impl: str) -> str:
+    return (f"no measured {IMPLS[impl]} kernel class for hardware calibration "
+            f"{calibration!r}: {impl} attention is priced with the backend's encoder-attention "
+            "tables")
+
+
+@functools.cache
+def _warn_fallback(calibration: str, impl: str) -> None:
+    warnings.warn(fallback_note(calibration, impl), stacklevel=3)
