@@ -7,6 +7,8 @@
 - ``validate …``: the simulator against measured serving benchmarks;
 - ``from-bench results=[PATH,...] model=NAME backend=NAME``: fit the frontend and host costs
   to your own ``vllm bench serve`` result files, write a calibration file;
+- ``validate-diffusion csv=PATH``: diffusion jobs against measured end-to-end latencies;
+- ``fit-execution csv=PATH``: fit the eager-mode costs of a DiT step on eager/compile pairs;
 - ``fit-attention-kernels csv=PATH hardware=NAME``: fit the attention kernel classes
   (FA2, FA3, …) that price a diffusion transformer's ``model.diffusion.attention_impl``;
 - ``profile …``: measure kernels on this machine's GPU into the aiconfigurator layout.
@@ -17,7 +19,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("fit", "check", "validate", "from-bench", "fit-attention-kernels", "profile")
+COMMANDS = ("fit", "check", "validate", "from-bench", "validate-diffusion", "fit-execution",
+            "fit-attention-kernels", "profile")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         from calibration.app import run_command
 
         return run_command(command, overrides)
-    if command in ("validate", "from-bench", "fit-attention-kernels", "profile"):
+    if command in COMMANDS[2:]:
         try:
             module = importlib.import_module(f"calibration.{command.replace('-', '_')}")
         except ModuleNotFoundError as e:

@@ -102,6 +102,9 @@ class VAEConfig:
     temporal_upsample: list[bool] = field(default_factory=lambda: [False, False, False, False])
 
 
+EXECUTION_MODES = ("eager", "compiled")
+
+
 @dataclass
 class DiffusionPipelineConfig:
     """A text-to-image or text-to-video pipeline: encoders → ``steps`` × guidance passes of the
@@ -118,6 +121,12 @@ class DiffusionPipelineConfig:
     # the DiT's attention kernel (sim.cost.attention_kernels): fa2, fa3, sdpa_flash, ...;
     # calibrated: the backend's fitted encoder-attention tables
     attention_impl: str = "calibrated"
+    # eager (PyTorch ops dispatched one by one from Python) or compiled (torch.compile):
+    # sim.diffusion.execution
+    execution: str = "eager"
+    # eager costs (sim.diffusion.execution); null: the hardware calibration's fitted ones
+    eager_launch_us: float | None = None  # host dispatch time per kernel launch
+    eager_unfused: float | None = None  # eager elementwise kernels and passes per fused one
 
 
 def _non_negative_ints(prefix: str, obj) -> None:
@@ -145,6 +154,12 @@ def check_diffusion_pipeline(p: DiffusionPipelineConfig, prefix: str = "model.di
     from sim.cost.attention_kernels import check_impl  # sim.cost imports sim.config
 
     check_impl(f"{prefix}.attention_impl", p.attention_impl)
+    if p.execution not in EXECUTION_MODES:
+        raise ConfigError(f"{prefix}.execution", p.execution, f"one of {list(EXECUTION_MODES)}")
+    if p.eager_launch_us is not None and not p.eager_launch_us >= 0:
+        raise ConfigError(f"{prefix}.eager_launch_us", p.eager_launch_us, "must be >= 0")
+    if p.eager_unfused is not None and not p.eager_unfused >= 1:
+        raise ConfigError(f"{prefix}.eager_unfused", p.eager_unfused, "must be >= 1")
     d, v = p.dit, p.vae
     _non_negative_ints(f"{prefix}.dit", d)
     _non_negative_ints(f"{prefix}.vae", v)

@@ -18,6 +18,7 @@ from sim.cost.base import OperatorCost
 from sim.cost.pricing import Pricer
 from sim.diffusion.dit import dit_step_ops
 from sim.diffusion.encoders import encode_ops
+from sim.diffusion.execution import execution_of
 from sim.diffusion.job import JobShape, JobTiming, ParallelPlan
 from sim.diffusion.pipeline import Job, load_pipeline, resolve
 from sim.diffusion.plans import (
@@ -105,7 +106,8 @@ class DiffusionCostModel:
     def _step(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:
         split = dit_split(plan, job, self.link_bw)
         ops = dit_step_ops(self.pricer, job.pipe.dit, job.image_tokens, split,
-                           job.pipe.attention_impl)
+                           job.pipe.attention_impl,
+                           execution_of(job.pipe, self.pricer.hw.calibration))
         return ops + plan_comm_ops(self.pricer, plan, job, split, ops)
 
     def _decode(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:

@@ -39,6 +39,7 @@ from sim.config.diffusion_model import DiTConfig
 from sim.cost.attention_kernels import CALIBRATED
 from sim.cost.base import OperatorCost
 from sim.cost.pricing import ACT_BYTES, Pricer
+from sim.diffusion.execution import COMPILED, Execution
 
 DTYPE = "bfloat16"  # DiT weights and activations
 CHUNKS = (2, 4, 8, 16)  # pieces an operator over many tokens may run as (module doc)
@@ -90,9 +91,10 @@ class DitOps:
     """Builds the operator list of one step of ``dit`` for ``image_tokens`` latent tokens."""
 
     def __init__(self, pricer: Pricer, dit: DiTConfig, image_tokens: int, split: DitSplit,
-                 attention_impl: str = CALIBRATED):
+                 attention_impl: str = CALIBRATED, execution: Execution = COMPILED):
         self.p, self.d, self.s = pricer, dit, split
-        self.impl = attention_impl
+        self.impl, self.exe = attention_impl, execution
+        self.launches = 0.0  # kernel launches per step on this GPU (the eager host's work)
         self.h = dit.hidden
         self.n_img = _tok(image_tokens, split.seq * split.patches)  # per GPU per patch
         self.n_txt = _tok(dit.text_tokens, split.seq * split.patches)
@@ -101,9 +103,10 @@ class DitOps:
         self.ops: list[OperatorCost] = []
 
     # ---- helpers: every operator is appended scaled to its runs per step on this GPU
-    def _add(self, op: OperatorCost, runs: float) -> None:
+    def _add(self, op: OperatorCost, runs: float, kernels: float = 1) -> None:
         if runs > 0:
             self.ops.append(op.scaled(runs))
+            self.launches += runs * kernels
 
     def _gemm(self, name: str, tokens: int, n: int, k: int, runs: float) -> None:
         m = self.s.batch * tokens
@@ -128,7 +131,7 @@ class DitOps:
             # statistics: read the accumulator and the pass's output, write the accumulator
             elems = s.batch * q * self.heads * d.head_dim
             self._add(self.p.elementwise(f"{name}_ring_merge", elems * (4 + 2 + 4), 2),
-                      runs * s.ring)
+                      runs * s.ring, 2)
             block = s.batch * kv * self.heads * d.head_dim * 2 * ACT_BYTES  # K and V
             send = self.p.comm(f"{name}_ring_p2p", "p2p", block, 2, s.link_bw)
             exposed = max(send.time_s - one.time_s, 0.0)
@@ -150,10 +153,11 @@ class DitOps:
                      kernels: int, runs: float) -> None:
         """Norms, modulation, QK-norm, RoPE, gates, residuals and the GELU: ``reads_writes``
         passes over the block's activations plus one read and write of the MLP's."""
-        t = self.s.tensor
+        t, u = self.s.tensor, self.exe.unfused  # eager: more kernels, more passes
         acts = self.s.batch * tokens * ACT_BYTES
-        nbytes = acts * (reads_writes * self.h + 4 * self.h / t + 2 * ffn / t)
-        self._add(self.p.elementwise(name, nbytes, kernels), runs)
+        nbytes = acts * (reads_writes * u * self.h + 4 * self.h / t + 2 * ffn / t)
+        k = round(kernels * u)
+        self._add(self.p.elementwise(name, nbytes, k), runs, k)
 
     # ---- blocks
     def double(self, layers: float) -> None:
@@ -230,14 +234,22 @@ class DitOps:
 
 
 def dit_step_ops(pricer: Pricer, dit: DiTConfig, image_tokens: int, split: DitSplit,
-                 attention_impl: str = CALIBRATED) -> list[OperatorCost]:
+                 attention_impl: str = CALIBRATED, execution: Execution = COMPILED
+                 ) -> list[OperatorCost]:
     """Every operator of one DiT step on one GPU (per-step totals, module doc); attention
-    priced by the kernel class ``attention_impl`` (``sim.cost.attention_kernels``)."""
-    b = DitOps(pricer, dit, image_tokens, split, attention_impl)
+    priced by the kernel class ``attention_impl`` (``sim.cost.attention_kernels``); in eager
+    ``execution``, the host's dispatch time beyond the GPU's (``sim.diffusion.execution``)."""
+    b = DitOps(pricer, dit, image_tokens, split, attention_impl, execution)
     stage = split.stage
     for kind in ("double", "single", "cross", "shared"):
         layers = getattr(dit, f"{kind}_layers")
         if layers:
             getattr(b, kind)(layers * stage)
     b.edges()
+    if execution.eager and execution.launch_s > 0:
+        gpu = sum(op.time_s for op in b.ops)
+        host = b.launches * execution.launch_s
+        if host > gpu:
+            b.ops.append(OperatorCost("eager.host_dispatch", round(b.launches), 0.0, 0.0,
+                                      host - gpu, "host"))
     return b.ops

@@ -35,6 +35,7 @@ from analysis.roofline_chart import write_roofline_chart
 from sim.cost.attention_kernels import CALIBRATED, fallback_note, kernel_class
 from sim.cost.base import OperatorCost
 from sim.diffusion.cost import STAGES, DiffusionCostModel
+from sim.diffusion.execution import execution_of
 from sim.diffusion.job import GUIDANCE_MODES, JobShape, JobTiming, ParallelPlan
 from sim.diffusion.pipeline import Job, with_defaults
 from sim.diffusion.plans import parse_plan
@@ -93,14 +94,14 @@ def ops_table(ops: list[OperatorCost], hw) -> pd.DataFrame:
 
 
 def split_time(cost: DiffusionCostModel, shape: JobShape, timing: JobTiming) -> dict:
-    """A job's time on its plan as compute (operators on the roofline), communication and
-    serial time (text encoding on one GPU, PipeFusion's warm-up and fill/drain), in
-    seconds."""
+    """A job's time on its plan as compute (operators on the roofline), communication,
+    serial time (text encoding on one GPU, PipeFusion's warm-up and fill/drain) and eager host
+    time beyond the GPU's, in seconds."""
     plan, steps = timing.plan, timing.steps
-    parts = {"compute": 0.0, "comm": 0.0, "serial": timing.encode_s}
+    parts = {"compute": 0.0, "comm": 0.0, "serial": timing.encode_s, "host": 0.0}
     for stage, times in (("step", steps), ("decode", 1)):
         for op in cost.breakdown(shape, plan, stage):
-            key = op.bound if op.bound in ("comm", "serial") else "compute"
+            key = op.bound if op.bound in ("comm", "serial", "host") else "compute"
             parts[key] += op.time_s * times
     return parts
 
@@ -117,12 +118,13 @@ def scaling_table(cost: DiffusionCostModel, shape: JobShape, max_gpus: int) -> p
         rows.append({"gpus": g, "plan": t.plan.label(), "total_s": t.total_s,
                      "speedup": base / t.total_s, "efficiency_%": 100 * base / t.total_s / g,
                      "compute_s": parts["compute"], "comm_s": parts["comm"],
-                     "serial_s": parts["serial"],
+                     "serial_s": parts["serial"], "host_s": parts["host"],
                      # compute beyond 1/g of one GPU's: smaller (less efficient) kernels, work
                      # every GPU repeats, the VAE strips' halos
                      "compute_extra_s": parts["compute"] - base_compute / g,
                      "comm_%": 100 * parts["comm"] / t.total_s,
-                     "serial_%": 100 * parts["serial"] / t.total_s})
+                     "serial_%": 100 * parts["serial"] / t.total_s,
+                     "host_%": 100 * parts["host"] / t.total_s})
         g *= 2
     return pd.DataFrame(rows)
 
@@ -141,6 +143,16 @@ def attention_line(impl: str, hw) -> str:
     return f"{impl} (kernel class {k.name}; saturated TFLOP/s {peaks})"
 
 
+def execution_line(pipe, hw) -> str:
+    """The DiT's execution mode and, in eager, the host costs that price it."""
+    e = execution_of(pipe, hw.calibration)
+    if not e.eager:
+        return "compiled (torch.compile: fused elementwise kernels, host ahead of the GPU)"
+    return (f"eager (PyTorch ops one by one: {e.unfused:.2f} kernels and passes per fused "
+            f"elementwise one, {e.launch_s * 1e6:.1f} us of host dispatch per launch; a step "
+            "takes max(GPU, host); model.diffusion.execution=compiled for torch.compile)")
+
+
 def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: bool) -> list[str]:
     frames = f"x{job.frames} frames" if job.frames > 1 else ""
     how = "the fastest valid plan (plan=auto)" if auto else "plan"
@@ -151,6 +163,7 @@ def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: boo
             f"{job.image_tokens:,} image tokens + {job.text_tokens} text tokens per sequence",
             f"{how}: {plan.label()} ({plan.gpus} GPUs)",
             f"attention kernel: {attention_line(job.pipe.attention_impl, hw)}",
+            f"execution: {execution_line(job.pipe, hw)}",
             f"balance point (peak FLOP/s / memory bandwidth): bf16 "
             f"{hw.bf16_flops / hw.hbm_bandwidth:,.0f} FLOP/B (below it an operator is "
             "memory-bound, above it compute-bound; bound is the cost model's verdict)"]
@@ -172,8 +185,8 @@ def report(cost: DiffusionCostModel, cfg, shape: JobShape, plan: ParallelPlan,
         lines += ["", f"[{stage}] {STAGE_TITLES[stage]}: {total * 1e3:,.3f} ms"]
         with pd.option_context(*[x for kv in fmt.items() for x in kv]):
             lines.append(table[COLS].to_string(index=False, na_rep="-"))
-    comm = step_table[step_table["bound"].isin(["comm", "serial"])]
-    lines += ["", f"communication and serial time of plan {plan.label()} per step: "
+    comm = step_table[step_table["bound"].isin(["comm", "serial", "host"])]
+    lines += ["", f"communication, serial and eager host time of plan {plan.label()} per step: "
               + (", ".join(f"{r.operator} x{r.count} {r.time_ms:.3f} ms" for r in
                            comm.itertuples()) or _no_comm(plan))]
     if plan.pipefusion > 1:

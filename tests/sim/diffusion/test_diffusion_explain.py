@@ -48,7 +48,7 @@ def test_closing_line_describes_the_plan_asked_for(capsys):
 def test_a_data_parallel_plan_is_not_called_one_gpu(capsys):
     assert main(["model=flux1_schnell", "plan=data8", "images=8", "chart=none"]) == 0
     out = capsys.readouterr().out
-    line = next(x for x in out.split("\n") if x.startswith("communication and serial"))
+    line = next(x for x in out.split("\n") if x.startswith("communication, serial and eager host"))
     assert "one GPU" not in line and "8 data-parallel groups" in line
 
 
