@@ -100,6 +100,10 @@ class VAEConfig:
     resnets_per_level: int = 3
     spatial_upsample: list[bool] = field(default_factory=lambda: [True, True, True, False])
     temporal_upsample: list[bool] = field(default_factory=lambda: [False, False, False, False])
+    # tiled decode (sim.diffusion.memory): tiles of tile_px x tile_px pixels and tile_frames
+    # frames; 0: untiled
+    tile_px: int = 0
+    tile_frames: int = 0
 
 
 EXECUTION_MODES = ("eager", "compiled")
@@ -127,6 +131,10 @@ class DiffusionPipelineConfig:
     # eager costs (sim.diffusion.execution); null: the hardware calibration's fitted ones
     eager_launch_us: float | None = None  # host dispatch time per kernel launch
     eager_unfused: float | None = None  # eager elementwise kernels and passes per fused one
+    # stages as the reference code runs them (sim.diffusion.memory, sim.diffusion.cost):
+    vae_parallel: bool = False  # the decode split over the gang (xDiT --use_parallel_vae)
+    fsdp: bool = False  # DiT and text encoders sharded over the gang (Wan --dit/--t5_fsdp)
+    offload: str = "none"  # none | model: one sub-model on the GPU at a time (CPU offload)
 
 
 def _non_negative_ints(prefix: str, obj) -> None:
@@ -156,6 +164,8 @@ def check_diffusion_pipeline(p: DiffusionPipelineConfig, prefix: str = "model.di
     check_impl(f"{prefix}.attention_impl", p.attention_impl)
     if p.execution not in EXECUTION_MODES:
         raise ConfigError(f"{prefix}.execution", p.execution, f"one of {list(EXECUTION_MODES)}")
+    if p.offload not in ("none", "model"):
+        raise ConfigError(f"{prefix}.offload", p.offload, "one of ['none', 'model']")
     if p.eager_launch_us is not None and not p.eager_launch_us >= 0:
         raise ConfigError(f"{prefix}.eager_launch_us", p.eager_launch_us, "must be >= 0")
     if p.eager_unfused is not None and not p.eager_unfused >= 1:

@@ -11,6 +11,7 @@ say (ring and PipeFusion sends hide behind compute).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from sim.config.diffusion_model import DiffusionPipelineConfig, check_diffusion_pipeline
@@ -20,6 +21,7 @@ from sim.diffusion.dit import dit_step_ops
 from sim.diffusion.encoders import encode_ops
 from sim.diffusion.execution import execution_of
 from sim.diffusion.job import JobShape, JobTiming, ParallelPlan
+from sim.diffusion.memory import PlanMemory, check_fits, offload_seconds, plan_memory
 from sim.diffusion.pipeline import Job, load_pipeline, resolve
 from sim.diffusion.plans import (
     TIE_REL,
@@ -49,6 +51,8 @@ class DiffusionCostModel:
                  loader: Callable[[str], DiffusionPipelineConfig] = load_pipeline,
                  link_bw: float | None = None) -> None:
         self.pricer = pricer
+        hw = pricer.hw
+        self.capacity = float(getattr(hw, "cuda_total_bytes", 0.0) or hw.hbm_bytes)
         self.link_bw = float(link_bw or pricer.hw.nvlink_bandwidth)
         self._pipes = dict(pipelines or {})
         self._loader = loader
@@ -112,9 +116,12 @@ class DiffusionCostModel:
 
     def _decode(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:
         v = job.pipe.vae
-        g = plan.gpus
+        g = plan.gpus if job.pipe.vae_parallel else 1
         one = decode_ops(self.pricer, v, job.latent_frames, job.latent_height, job.latent_width)
-        share = split_factor(job.images, g, job.latent_height)
+        # a split decode (xDiT's parallel VAE) shares the work over the gang; otherwise each
+        # data-parallel group decodes its own images whole on one GPU (the reference code)
+        share = (split_factor(job.images, g, job.latent_height) if job.pipe.vae_parallel
+                 else float(math.ceil(job.images / plan.data)))
         # the busiest GPU's share of each layer's work; the layers it runs stay as counted
         ops = [OperatorCost(op.name, op.count, op.flops * share, op.bytes * share,
                             op.time_s * share, op.bound, op.dtype) for op in one]
@@ -125,16 +132,23 @@ class DiffusionCostModel:
         return ops
 
     # ---- DiffusionCost
+    def memory(self, shape: JobShape, plan: ParallelPlan) -> PlanMemory:
+        """What one GPU of ``plan`` holds for ``shape`` (``sim.diffusion.memory``)."""
+        return plan_memory(self.job(shape), plan, self.capacity)
+
     def timing(self, shape: JobShape, plan: ParallelPlan) -> JobTiming:
         """Time of ``shape`` under ``plan`` (``ConfigError`` naming the field if it cannot
-        run it)."""
+        run it, or naming the plan and the GiB if it does not fit in memory)."""
         key = (shape, plan)
         hit = self._timing.get(key)
         if hit is None:
             job = self.job(shape)
             check_plan(plan, job)
-            hit = JobTiming(plan, job.steps, _total(self._encode(job)),
-                            _total(self._step(job, plan)), _total(self._decode(job, plan)))
+            check_fits(job, plan, self.capacity, self.pricer.hw.name)
+            before, after = offload_seconds(job, float(self.pricer.hw.pcie_bandwidth))
+            hit = JobTiming(plan, job.steps, _total(self._encode(job)) + before,
+                            _total(self._step(job, plan)),
+                            _total(self._decode(job, plan)) + after)
             self._timing[key] = hit
         return hit
 
@@ -145,7 +159,12 @@ class DiffusionCostModel:
         hit = self._best.get(key)
         if hit is None:
             job = self.job(shape)
-            plans = valid_plans(job, gpus)
+            valid = valid_plans(job, gpus)
+            plans = [p for p in valid if plan_memory(job, p, self.capacity).fits]
+            if valid and not plans:  # say why the least hungry one does not fit
+                check_fits(job, min(valid, key=lambda p: plan_memory(job, p,
+                                                                     self.capacity).peak),
+                           self.capacity, self.pricer.hw.name)
             if not plans:
                 raise ConfigError("gpus", gpus, f"no parallel plan of {job.name} fits {gpus} "
                                   "GPUs")

@@ -193,6 +193,9 @@ def report(cost: DiffusionCostModel, cfg, shape: JobShape, plan: ParallelPlan,
         lines.append("(pipefusion_warmup: the synchronous first step, in which the stages run "
                      "in turn; pipefusion_fill_drain: the patch pipeline's fill and drain; "
                      f"each once per job, shown spread over the {timing.steps} steps)")
+    lines.append(f"memory per GPU: {cost.memory(shape, plan).describe()}; stages: VAE "
+                 f"decode {'split over the gang' if job.pipe.vae_parallel else 'whole on one GPU'}"
+                 f", text encoders on every rank{', FSDP-sharded' if job.pipe.fsdp else ''}")
     lines.append(f"job: encode {timing.encode_s:.3f} s + {timing.steps} steps x "
                  f"{timing.step_s * 1e3:.2f} ms + decode {timing.decode_s:.3f} s = "
                  f"{timing.total_s:.3f} s")

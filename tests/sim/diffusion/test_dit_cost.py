@@ -3,6 +3,7 @@ Ulysses, tensor parallel, PipeFusion, data parallel, and sub-linear scaling."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -218,7 +219,11 @@ def test_encoders_and_vae_are_priced(cost):
     dec1 = cost.breakdown(shape, ParallelPlan(), "decode")
     dec8 = cost.breakdown(shape, ParallelPlan(ulysses=8), "decode")
     t1, t8 = (sum(o.time_s for o in d) for d in (dec1, dec8))
-    assert t1 / 8 < t8 < t1  # split over 8 GPUs, with halos and a gather
+    assert t8 == pytest.approx(t1)  # Wan decodes on one rank: the VAE is not split
+    split = DiffusionCostModel(cost.pricer, {"wan21_t2v_14b": dataclasses.replace(
+        cost.pipeline("wan21_t2v_14b"), vae_parallel=True)})
+    t8p = sum(o.time_s for o in split.breakdown(shape, ParallelPlan(ulysses=8), "decode"))
+    assert t1 / 8 < t8p < t1  # a parallel VAE: split over 8 GPUs, with halos and a gather
     conv = ops_by_name(dec1)["vae.conv_out"]
     # 81 × 720 × 1280 output voxels, 96 → 3 channels, 3×3×3 kernels
     assert conv.flops == pytest.approx(2.0 * 81 * 720 * 1280 * 3 * 96 * 27)
