@@ -206,9 +206,10 @@ def summary(done: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedups(done: pd.DataFrame) -> pd.DataFrame:
-    """1 -> N speed-ups per (model, GPU, mode, plan family): measured and predicted."""
+    """1 -> N speed-ups per (model, GPU, mode, job shape): measured and predicted."""
     rows = []
-    for (m, hw, mode), g in done.groupby(["model", "hardware", "execution"]):
+    for (m, hw, mode, *_), g in done.groupby(["model", "hardware", "execution", "width",
+                                             "height", "frames", "steps"]):
         one = g[g["num_gpus"] == 1]
         if one.empty:
             continue

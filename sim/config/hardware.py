@@ -15,6 +15,9 @@ class HardwareConfig:
 
     name: str = "???"
     device_name: str = ""
+    # architecture: hopper, ada, ampere, blackwell, cdna3, ...; "" unknown. Kernels that run on
+    # one architecture only are refused elsewhere (FlashAttention-3: hopper)
+    arch: str = ""
     bf16_flops: float = 0.0
     fp8_flops: float | None = None
     hbm_bandwidth: float = 0.0

@@ -46,6 +46,8 @@ IMPLS = {
     "sdpa_cudnn": "cudnn",  # torch SDPBackend.CUDNN_ATTENTION
     "sdpa_math": "standard",  # torch SDPBackend.MATH: the attention matrix materialised
 }
+# kernels that run on one GPU architecture only (``hardware.arch``)
+ARCH_ONLY = {"fa3": "hopper"}  # flash-attn 3's kernels are written for sm_90
 FILE = "kernels/attention.yaml"  # beside the backends' files, out of their namespace
 
 
@@ -125,6 +127,15 @@ def classes_from_dict(block: dict) -> dict[str, KernelClass]:
                                                          float(c["s_half"]), float(c["power"]))
                                      for d, c in curves.items()})
             for name, curves in block.items()}
+
+
+def check_arch(impl: str, arch: str, gpu: str,
+               field: str = "model.diffusion.attention_impl") -> None:
+    """Refuse a kernel on a GPU architecture it does not run on (an unknown one passes)."""
+    need = ARCH_ONLY.get(impl)
+    if need and arch and arch != need:
+        raise ConfigError(field, impl, f"runs on {need} GPUs only; {gpu} is {arch} (fa2, "
+                          "sdpa_flash or cudnn run there)")
 
 
 def kernel_class(calibration: str, impl: str, field: str = "model.diffusion.attention_impl"

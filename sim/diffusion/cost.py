@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 
 from sim.config.diffusion_model import DiffusionPipelineConfig, check_diffusion_pipeline
+from sim.cost.attention_kernels import check_arch
 from sim.cost.base import OperatorCost
 from sim.cost.pricing import Pricer
 from sim.diffusion.dit import dit_step_ops
@@ -87,8 +88,12 @@ class DiffusionCostModel:
         return self._pipes[name]
 
     def job(self, shape: JobShape) -> Job:
-        """``shape`` resolved against its pipeline (defaults, checks, latent tokens)."""
-        return resolve(shape, self.pipeline(shape.model))
+        """``shape`` resolved against its pipeline (defaults, checks, latent tokens); its
+        attention kernel must run on this GPU."""
+        job = resolve(shape, self.pipeline(shape.model))
+        hw = self.pricer.hw
+        check_arch(job.pipe.attention_impl, getattr(hw, "arch", ""), hw.name)
+        return job
 
     # ---- operators by stage
     def breakdown(self, shape: JobShape, plan: ParallelPlan, stage: str) -> list[OperatorCost]:
@@ -145,7 +150,7 @@ class DiffusionCostModel:
             job = self.job(shape)
             check_plan(plan, job)
             check_fits(job, plan, self.capacity, self.pricer.hw.name)
-            before, after = offload_seconds(job, float(self.pricer.hw.pcie_bandwidth))
+            before, after = offload_seconds(job, plan, float(self.pricer.hw.pcie_bandwidth))
             hit = JobTiming(plan, job.steps, _total(self._encode(job)) + before,
                             _total(self._step(job, plan)),
                             _total(self._decode(job, plan)) + after)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 
@@ -75,7 +76,17 @@ def execution_of(pipe, calibration: str) -> Execution:
     if pipe.execution != "eager":
         return COMPILED
     cal = calibrated_eager_costs(calibration)
+    if not cal and (pipe.eager_launch_us is None or pipe.eager_unfused is None):
+        _warn_uncalibrated(calibration)
     launch_us = pipe.eager_launch_us if pipe.eager_launch_us is not None \
         else cal.get("launch_us", 0.0)
     unfused = pipe.eager_unfused if pipe.eager_unfused is not None else cal.get("unfused", 1.0)
     return Execution("eager", float(launch_us) * 1e-6, float(unfused))
+
+
+@functools.cache
+def _warn_uncalibrated(calibration: str) -> None:
+    warnings.warn(f"no fitted eager-mode costs for hardware calibration {calibration!r} "
+                  f"(sim/cost/calibrated/{calibration}/{FILE}): eager DiT steps are priced "
+                  "as compiled ones (model.diffusion.eager_launch_us / eager_unfused set them)",
+                  stacklevel=3)

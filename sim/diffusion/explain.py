@@ -103,25 +103,35 @@ def split_time(cost: DiffusionCostModel, shape: JobShape, timing: JobTiming) -> 
         for op in cost.breakdown(shape, plan, stage):
             key = op.bound if op.bound in ("comm", "serial", "host") else "compute"
             parts[key] += op.time_s * times
+    # what the decode stage holds beyond its operators: offload's copies after the steps
+    parts["serial"] += timing.decode_s - sum(o.time_s for o in cost.breakdown(shape, plan,
+                                                                               "decode"))
     return parts
 
 
 def scaling_table(cost: DiffusionCostModel, shape: JobShape, max_gpus: int) -> pd.DataFrame:
-    """The best plan's time on 1, 2, 4, … ``max_gpus`` GPUs, its speed-up and split."""
-    rows, base, base_compute = [], None, None
+    """The best plan's time on 1, 2, 4, … ``max_gpus`` GPUs, its speed-up (over the fewest
+    GPUs the job fits on) and split; a gang the job does not fit on says so."""
+    rows, base, base_compute, base_g = [], None, None, 1
     g = 1
     while g <= max_gpus:
-        t = cost.best(shape, g)
+        try:
+            t = cost.best(shape, g)
+        except ConfigError:
+            rows.append({"gpus": g, "plan": "does not fit"})
+            g *= 2
+            continue
         parts = split_time(cost, shape, t)
-        base = base or t.total_s
-        base_compute = base_compute or parts["compute"]
+        if base is None:
+            base, base_compute, base_g = t.total_s, parts["compute"], g
         rows.append({"gpus": g, "plan": t.plan.label(), "total_s": t.total_s,
-                     "speedup": base / t.total_s, "efficiency_%": 100 * base / t.total_s / g,
+                     "speedup": base / t.total_s,
+                     "efficiency_%": 100 * base * base_g / t.total_s / g,
                      "compute_s": parts["compute"], "comm_s": parts["comm"],
                      "serial_s": parts["serial"], "host_s": parts["host"],
                      # compute beyond 1/g of one GPU's: smaller (less efficient) kernels, work
                      # every GPU repeats, the VAE strips' halos
-                     "compute_extra_s": parts["compute"] - base_compute / g,
+                     "compute_extra_s": parts["compute"] - base_compute * base_g / g,
                      "comm_%": 100 * parts["comm"] / t.total_s,
                      "serial_%": 100 * parts["serial"] / t.total_s,
                      "host_%": 100 * parts["host"] / t.total_s})
@@ -148,6 +158,10 @@ def execution_line(pipe, hw) -> str:
     e = execution_of(pipe, hw.calibration)
     if not e.eager:
         return "compiled (torch.compile: fused elementwise kernels, host ahead of the GPU)"
+    if e.launch_s == 0 and e.unfused == 1:
+        return (f"eager, priced as compiled: no fitted eager-mode costs for hardware "
+                f"calibration {hw.calibration!r} (model.diffusion.eager_launch_us / "
+                "eager_unfused set them)")
     return (f"eager (PyTorch ops one by one: {e.unfused:.2f} kernels and passes per fused "
             f"elementwise one, {e.launch_s * 1e6:.1f} us of host dispatch per launch; a step "
             "takes max(GPU, host); model.diffusion.execution=compiled for torch.compile)")
@@ -206,7 +220,8 @@ def report(cost: DiffusionCostModel, cfg, shape: JobShape, plan: ParallelPlan,
               "beyond 1/gpus of one GPU's):"]
     with pd.option_context("display.width", 160, "display.float_format", "{:,.2f}".format):
         lines.append(scale.to_string(index=False))
-    lines.append(_closing(cost, shape, timing, scale.iloc[0], auto))
+    fits = scale[scale["plan"] != "does not fit"]
+    lines.append(_closing(cost, shape, timing, fits.iloc[0], auto))
     return "\n".join(lines), step_table
 
 
@@ -228,11 +243,15 @@ def _closing(cost: DiffusionCostModel, shape: JobShape, timing: JobTiming, one_g
     if g == 1:
         return (f"{which} on one GPU: {timing.total_s:.3f} s, {serial:.1f}% of it serial "
                 "stages (the text encoders); the table shows what more GPUs gain")
-    extra = 100 * (parts["compute"] - one_gpu.compute_s / g) / timing.total_s
+    n = int(one_gpu.gpus)  # the fewest GPUs the job fits on
+    on = "one GPU" if n == 1 else f"{n} GPUs (the fewest it fits on)"
+    if n == g:
+        return f"{which} on {g} GPUs: {timing.total_s:.3f} s; fewer GPUs cannot hold the job"
+    extra = 100 * (parts["compute"] - one_gpu.compute_s * n / g) / timing.total_s
     return (f"{which} on {g} GPUs: {one_gpu.total_s / timing.total_s:.2f}x of the best "
-            f"plan on one GPU, not {g}x: {comm:.1f}% of the time is communication, "
-            f"{serial:.1f}% serial stages and {extra:.1f}% compute beyond 1/{g} of one "
-            "GPU's (smaller, less efficient kernels; work every GPU repeats, such as the "
+            f"plan on {on}, not {g // n}x: {comm:.1f}% of the time is communication, "
+            f"{serial:.1f}% serial stages and {extra:.1f}% compute beyond {n}/{g} of that "
+            "(smaller, less efficient kernels; work every GPU repeats, such as the "
             "modulation GEMMs; the VAE strips' halos)")
 
 

@@ -10,7 +10,8 @@ What one GPU holds (bf16 throughout):
 - **DiT activations**: one block's live tensors for this GPU's tokens (the residual stream,
   its normed copy, Q/K/V, the attention output, the MLP's hidden layer);
 - **the attention working set**: Q, K, V and the output of this GPU's heads over the whole
-  sequence (Ulysses gathers it) or its ring share (FlashAttention keeps no score matrix);
+  sequence (Ulysses gathers it) or its ring share (FlashAttention keeps no score matrix;
+  ``sdpa_math`` adds its scores and their softmax);
 - **the VAE decode working set**: three feature maps of the largest decoder level (input,
   output, norm), over one tile when the pipeline tiles (``vae.tile_px``, ``vae.tile_frames``).
 
@@ -108,9 +109,7 @@ def plan_memory(job: Job, plan: ParallelPlan, capacity: float) -> PlanMemory:
     """What one GPU of ``plan`` holds for ``job`` (module doc)."""
     p = job.pipe
     d, v = p.dit, p.vae
-    gang = plan.gpus if p.fsdp else 1
-    dit_w = dit_params(d) * BYTES / (plan.tensor * plan.pipefusion) / gang
-    enc_w = sum(encoder_params(e) for e in p.text_encoders) * BYTES / gang
+    dit_w, enc_w = (w / s for w, s in zip(weights(job), shards(job, plan), strict=True))
     vae_w = vae_params(v) * BYTES
     batch = math.ceil(job.images / plan.data) * job.passes / plan.cfg
     seq = job.image_tokens + d.text_tokens
@@ -118,13 +117,35 @@ def plan_memory(job: Job, plan: ParallelPlan, capacity: float) -> PlanMemory:
     h, t = d.hidden, plan.tensor
     acts = batch * local * (2 * h + 4 * h / t + d.ffn / t) * BYTES
     heads_share = h / (plan.ulysses * t)
-    attention = batch * math.ceil(seq / plan.ring) * heads_share * 4 * BYTES
-    return PlanMemory(dit_w, enc_w, vae_w, acts, attention, vae_working_set(job), p.offload,
-                      capacity)
+    keys = math.ceil(seq / plan.ring)
+    attention = batch * keys * heads_share * 4 * BYTES
+    if p.attention_impl == "sdpa_math":
+        # the math kernel materialises the scores and their softmax for this GPU's heads and
+        # queries (all of them under Ulysses; its ring share under ring attention)
+        queries = math.ceil(seq / (plan.ring * plan.pipefusion))
+        attention += batch * (heads_share / d.head_dim) * queries * keys * 2 * BYTES
+    return PlanMemory(dit_w, enc_w, vae_w, acts, attention, vae_working_set(job, plan),
+                      p.offload, capacity)
 
 
-def vae_working_set(job: Job) -> float:
-    """Three feature maps of the decoder's largest level, over one tile if it tiles."""
+def weights(job: Job) -> tuple[float, float]:
+    """Bytes of the whole DiT and of all text encoders."""
+    p = job.pipe
+    return (dit_params(p.dit) * BYTES,
+            sum(encoder_params(e) for e in p.text_encoders) * BYTES)
+
+
+def shards(job: Job, plan: ParallelPlan) -> tuple[int, int]:
+    """Into how many parts one GPU's DiT and text encoders are split: FSDP shards both over
+    the gang; otherwise tensor parallelism and PipeFusion stages split the DiT."""
+    if job.pipe.fsdp:
+        return plan.gpus, plan.gpus
+    return plan.tensor * plan.pipefusion, 1
+
+
+def vae_working_set(job: Job, plan: ParallelPlan) -> float:
+    """Three feature maps of the decoder's largest level, over one tile if it tiles, for the
+    images this GPU decodes (its data-parallel group's, or its share of a split decode)."""
     v = job.pipe.vae
     t, h, w, c = job.latent_frames, job.latent_height, job.latent_width, v.mid_channels
     biggest = t * h * w * c
@@ -139,17 +160,22 @@ def vae_working_set(job: Job) -> float:
         share *= min(1.0, v.tile_px ** 2 / (job.height * job.width))
     if v.tile_frames and job.frames > 1:
         share *= min(1.0, v.tile_frames / job.frames)
-    return 3.0 * biggest * BYTES * share * job.images
+    images = math.ceil(job.images / plan.data)
+    if job.pipe.vae_parallel:
+        group = plan.gpus // plan.data
+        images = images / group if images >= group else 1.0 / (group // max(images, 1))
+    return 3.0 * biggest * BYTES * share * images
 
 
-def offload_seconds(job: Job, pcie_bandwidth: float) -> tuple[float, float]:
-    """``offload: model``'s PCIe time per job before the steps (text encoders in and out,
-    the DiT in) and after them (the DiT out, the VAE in and out)."""
+def offload_seconds(job: Job, plan: ParallelPlan, pcie_bandwidth: float
+                    ) -> tuple[float, float]:
+    """``offload: model``'s PCIe time per job on one GPU of ``plan``, each copying its own
+    share of the weights: before the steps (text encoders in and out, the DiT in) and after
+    them (the DiT out, the VAE in and out)."""
     if job.pipe.offload != "model":
         return 0.0, 0.0
-    p = job.pipe
-    enc = sum(encoder_params(e) for e in p.text_encoders) * BYTES
-    dit, vae = dit_params(p.dit) * BYTES, vae_params(p.vae) * BYTES
+    dit, enc = (w / s for w, s in zip(weights(job), shards(job, plan), strict=True))
+    vae = vae_params(job.pipe.vae) * BYTES
     return (2 * enc + dit) / pcie_bandwidth, (dit + 2 * vae) / pcie_bandwidth
 
 

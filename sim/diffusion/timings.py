@@ -76,13 +76,23 @@ class Timings:
                 return
 
     def check_shapes(self, shapes) -> None:
-        """Every job's own shape must be one its pipeline can make (checked on one GPU, or
-        on the fixed plan, which must run it): else one error naming the workload field,
-        before the run. (A batch a fixed plan cannot run is just not formed.)"""
-        one = self.plan or ParallelPlan()
+        """Every job's own shape must be one its pipeline can make (and, on a fixed plan,
+        one that plan runs and holds in memory): else one error naming the workload field
+        (or the plan and the GiB), before the run. Under ``plan=auto`` a job that no gang
+        size can run or hold is rejected when it arrives (``no_valid_plan``), as is a batch
+        a fixed plan cannot run."""
         for shape in dict.fromkeys(shapes):
             try:
-                self.cost.timing(shape, one)
+                if self.plan is not None:
+                    self.cost.timing(shape, self.plan)
+                    continue
+                if not any(self.cached(shape, self.shape_id(shape), g) is not None
+                           for g in self.sizer.sizes):
+                    try:
+                        self.cost.best(shape, max(self.sizer.sizes))
+                    except ConfigError as e:
+                        if e.field.startswith("job."):
+                            raise  # the shape itself: refused before the run
             except ConfigError as e:
                 field = e.field
                 if field.startswith("job."):

@@ -72,7 +72,11 @@ def test_offload_fits_the_same_plan_and_pays_pcie_by_hand():
     enc = sum(encoder_params(e) for e in p.text_encoders) * BYTES
     dit, vae = dit_params(p.dit) * BYTES, vae_params(p.vae) * BYTES
     bw = float(cost.pricer.hw.pcie_bandwidth)
-    assert offload_seconds(job, bw) == pytest.approx(((2 * enc + dit) / bw, (dit + 2 * vae) / bw))
+    assert offload_seconds(job, ParallelPlan(), bw) == pytest.approx(
+        ((2 * enc + dit) / bw, (dit + 2 * vae) / bw))
+    # each GPU of a tensor-parallel plan copies its own quarter of the DiT
+    tp4 = offload_seconds(job, ParallelPlan(tensor=4), bw)
+    assert tp4 == pytest.approx(((2 * enc + dit / 4) / bw, (dit / 4 + 2 * vae) / bw))
     assert t.encode_s - t0.encode_s == pytest.approx((2 * enc + dit) / bw)
     assert t.decode_s - t0.decode_s == pytest.approx((dit + 2 * vae) / bw)
     m = cost.memory(SHAPE, ParallelPlan())
@@ -103,6 +107,9 @@ def test_tensor_parallel_and_fsdp_split_weights_ulysses_replicates():
     f = plan_memory(fsdp.job(SHAPE), ParallelPlan(ulysses=4), cost.capacity)
     assert f.dit_weights == pytest.approx(one.dit_weights / 4)
     assert f.encoder_weights == pytest.approx(one.encoder_weights / 4)
+    # FSDP over a tensor-parallel gang: the weights split four ways, not sixteen
+    ft = plan_memory(fsdp.job(SHAPE), ParallelPlan(tensor=4), cost.capacity)
+    assert ft.dit_weights == pytest.approx(one.dit_weights / 4)
 
 
 def test_tiling_bounds_the_vae_working_set():
@@ -112,8 +119,9 @@ def test_tiling_bounds_the_vae_working_set():
     untiled = dataclasses.replace(untiled, pipe=dataclasses.replace(
         job.pipe, vae=dataclasses.replace(job.pipe.vae, tile_px=0, tile_frames=0)))
     share = (256 ** 2 / (960 * 960)) * (16 / 129)
-    assert vae_working_set(job) == pytest.approx(vae_working_set(untiled) * share)
-    assert vae_working_set(untiled) > 60 * GiB  # why the reference code tiles
+    one = ParallelPlan()
+    assert vae_working_set(job, one) == pytest.approx(vae_working_set(untiled, one) * share)
+    assert vae_working_set(untiled, one) > 60 * GiB  # why the reference code tiles
 
 
 def test_vae_decodes_whole_unless_parallel():
@@ -122,6 +130,38 @@ def test_vae_decodes_whole_unless_parallel():
     one = cost.timing(SHAPE, ParallelPlan()).decode_s
     assert cost.timing(SHAPE, ParallelPlan(ulysses=4)).decode_s == pytest.approx(one)
     assert par.timing(SHAPE, ParallelPlan(ulysses=4)).decode_s < one / 2
+
+
+def test_the_math_kernel_holds_its_scores():
+    cost, _ = _cost()
+    math_, _ = _cost(attention_impl="sdpa_math")
+    flash = cost.memory(SHAPE, ParallelPlan(ulysses=8)).attention
+    scores = math_.memory(SHAPE, ParallelPlan(ulysses=8)).attention - flash
+    seq = cost.job(SHAPE).image_tokens + 256
+    assert scores == pytest.approx(24 / 8 * seq * seq * 2 * BYTES, rel=1e-3)
+    with pytest.raises(ConfigError, match="does not fit"):
+        math_.timing(SHAPE, ParallelPlan(ulysses=8))
+
+
+def test_auto_gangs_check_memory_on_the_largest_gang_not_one_gpu():
+    """A job too big for one GPU still runs under plan=auto on a gang it fits on."""
+    from sim.diffusion.run import simulate_diffusion  # noqa: F401  (the run path exists)
+    from sim.diffusion.timings import Timings
+
+    cost, _ = _cost("small")
+    sizer = type("S", (), {"sizes": [1, 2, 4, 8]})()
+    Timings(cost, None, sizer).check_shapes([SHAPE])  # fits on 2+ GPUs: no error
+    with pytest.raises(ConfigError, match="plan='single'"):
+        Timings(cost, ParallelPlan(), sizer).check_shapes([SHAPE])  # a fixed one-GPU plan
+
+
+def test_fa3_is_refused_off_hopper():
+    pricer = h100_pricer()
+    pricer.hw = dataclasses.replace(pricer.hw, name="l20", arch="ada")
+    pipe = dataclasses.replace(load_pipeline("flux1_dev"), attention_impl="fa3")
+    cost = DiffusionCostModel(pricer, {"flux1_dev": pipe})
+    with pytest.raises(ConfigError, match="attention_impl='fa3': runs on hopper GPUs only"):
+        cost.timing(JobShape("flux1_dev", 1024, 1024), ParallelPlan())
 
 
 def test_bad_offload_names_its_field():
