@@ -14,6 +14,8 @@ from sim.config.diffusion_cluster import (
 from sim.errors import ConfigError
 from sim.routers import ROUTERS
 
+MAX_PREFIX_BLOCK_TOKENS = 1 << 20  # longer than any model's context window
+
 
 @dataclass
 class FailureConfig:
@@ -116,6 +118,12 @@ def check_cluster(c: ClusterConfig) -> None:
     if c.router_load_cap < 0:
         raise ConfigError("cluster.router_load_cap", c.router_load_cap, "must be >= 0")
     positive("cluster.prefix_block_tokens", c.prefix_block_tokens)
+    if c.prefix_block_tokens > MAX_PREFIX_BLOCK_TOKENS:
+        # each id's block is hashed in engine blocks: a block longer than any context would
+        # only allocate hashes for tokens no prompt has
+        raise ConfigError("cluster.prefix_block_tokens", c.prefix_block_tokens,
+                          f"at most {MAX_PREFIX_BLOCK_TOKENS:,} tokens per hash id "
+                          "(Mooncake's traces: 512)")
     if c.prefix_index_blocks is not None:
         positive("cluster.prefix_index_blocks", c.prefix_index_blocks)
     if c.disaggregated:

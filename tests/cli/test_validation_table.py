@@ -233,6 +233,8 @@ CASES: dict[str, Case] = {
                                "cluster.gpus_per_job=1", "cluster.parallel.plan=fixed",
                                "workload.num_requests=2",
                                expect=("plan='single'", "l20"), via="cli"),
+    "prefix_block_too_long": C("workload=multi_turn", "cluster.prefix_block_tokens=1000000000000",
+                               expect=("cluster.prefix_block_tokens=1000000000000",)),
     "nodes_positive": C("cluster=diffusion", "cluster.nodes=0", expect=("cluster.nodes=0",)),
     "diffusion_policy_unknown": C("cluster=diffusion", "cluster.policy=lifo",
                                   expect=("cluster.policy='lifo'",)),
