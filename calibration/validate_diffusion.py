@@ -43,6 +43,7 @@ from calibration.config import SimConfigContext, command_main, compose_command
 from sim.builders import plain
 from sim.diffusion.cost import DiffusionCostModel
 from sim.diffusion.job import JobShape, ParallelPlan
+from sim.diffusion.plans import parse_plan
 from sim.errors import ConfigError
 
 MODES = {"pytorch eager": "eager", "torch.compile": "compiled"}
@@ -176,7 +177,7 @@ def simulate_rows(table: pd.DataFrame, cfg) -> pd.DataFrame:
                     costs[key] = DiffusionCostModel.from_config(plain(c))
                 cost = costs[key]
                 shape = JobShape(r.model, r.height, r.width, r.frames, r.steps)
-                t = cost.timing(shape, parse(r.plan))
+                t = cost.timing(shape, parse_plan(r.plan))
                 res |= {"pred_s": t.total_s, "encode_s": t.encode_s,
                         "steps_s": t.steps * t.step_s, "decode_s": t.decode_s,
                         "execution": cost.pipeline(r.model).execution}
@@ -189,12 +190,6 @@ def simulate_rows(table: pd.DataFrame, cfg) -> pd.DataFrame:
         table["reason"] = table["reason"].where(p["refused"].isna(), p["refused"])
     table["err_pct"] = (table["pred_s"] / table["meas_s"] - 1) * 100
     return table
-
-
-def parse(label: str) -> ParallelPlan:
-    from sim.diffusion.plans import parse_plan
-
-    return parse_plan(label)
 
 
 def summary(done: pd.DataFrame) -> pd.DataFrame:

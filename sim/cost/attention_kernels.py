@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
-import yaml
 
+from sim.cost.kernel_files import kernel_file, read_kernel_file
 from sim.errors import ConfigError
 
 CALIBRATED = "calibrated"
@@ -48,7 +46,7 @@ IMPLS = {
 }
 # kernels that run on one GPU architecture only (``hardware.arch``)
 ARCH_ONLY = {"fa3": "hopper"}  # flash-attn 3's kernels are written for sm_90
-FILE = "kernels/attention.yaml"  # beside the backends' files, out of their namespace
+FILE = "attention"  # sim/cost/calibrated/<calibration>/kernels/attention.yaml
 
 
 @dataclass(frozen=True)
@@ -103,22 +101,16 @@ def check_impl(field: str, impl: str) -> None:
 
 def kernel_classes_path(calibration: str):
     """Where the kernel classes of ``hardware.calibration`` are (or would be) written."""
-    return resources.files("sim.cost") / "calibrated" / calibration / FILE
+    return kernel_file(calibration, FILE)
 
 
 def load_kernel_classes(calibration: str) -> dict[str, KernelClass]:
     """The kernel classes fitted for ``hardware.calibration`` (empty if none were)."""
-    path = kernel_classes_path(calibration)
-    if not path.is_file():
-        return {}
-    return _parse(str(path), os.stat(str(path)).st_mtime_ns)
+    return read_kernel_file(calibration, FILE, _classes_of)
 
 
-@functools.lru_cache(maxsize=8)
-def _parse(path: str, mtime_ns: int) -> dict[str, KernelClass]:
-    with open(path) as f:
-        doc = yaml.safe_load(f)
-    return classes_from_dict(doc["classes"])
+def _classes_of(doc: dict) -> dict[str, KernelClass]:
+    return classes_from_dict(doc.get("classes") or {})
 
 
 def classes_from_dict(block: dict) -> dict[str, KernelClass]:

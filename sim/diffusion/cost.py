@@ -164,12 +164,11 @@ class DiffusionCostModel:
         hit = self._best.get(key)
         if hit is None:
             job = self.job(shape)
-            valid = valid_plans(job, gpus)
-            plans = [p for p in valid if plan_memory(job, p, self.capacity).fits]
-            if valid and not plans:  # say why the least hungry one does not fit
-                check_fits(job, min(valid, key=lambda p: plan_memory(job, p,
-                                                                     self.capacity).peak),
-                           self.capacity, self.pricer.hw.name)
+            memory = {p: plan_memory(job, p, self.capacity) for p in valid_plans(job, gpus)}
+            plans = [p for p, m in memory.items() if m.fits]
+            if memory and not plans:  # say why the least hungry one does not fit
+                check_fits(job, min(memory, key=lambda p: memory[p].peak), self.capacity,
+                           self.pricer.hw.name)
             if not plans:
                 raise ConfigError("gpus", gpus, f"no parallel plan of {job.name} fits {gpus} "
                                   "GPUs")

@@ -22,14 +22,12 @@ the development set's eager/compile pairs and written to
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from dataclasses import dataclass
-from importlib import resources
 
-import yaml
+from sim.cost.kernel_files import kernel_file, read_kernel_file
 
-FILE = "kernels/execution.yaml"
+FILE = "execution"  # sim/cost/calibrated/<calibration>/kernels/execution.yaml
 
 
 @dataclass(frozen=True)
@@ -51,21 +49,15 @@ COMPILED = Execution("compiled")
 
 def execution_path(calibration: str):
     """Where the eager costs of ``hardware.calibration`` are (or would be) written."""
-    return resources.files("sim.cost") / "calibrated" / calibration / FILE
+    return kernel_file(calibration, FILE)
 
 
 def calibrated_eager_costs(calibration: str) -> dict:
     """``{"launch_us": …, "unfused": …}`` fitted for ``calibration`` (empty if none were)."""
-    path = execution_path(calibration)
-    if not path.is_file():
-        return {}
-    return dict(_parse(str(path), os.stat(str(path)).st_mtime_ns))
+    return dict(read_kernel_file(calibration, FILE, _eager_costs))
 
 
-@functools.lru_cache(maxsize=8)
-def _parse(path: str, mtime_ns: int) -> tuple:
-    with open(path) as f:
-        doc = yaml.safe_load(f) or {}
+def _eager_costs(doc: dict) -> tuple:
     e = doc.get("eager") or {}
     return tuple((k, float(e[k])) for k in ("launch_us", "unfused") if k in e)
 
@@ -87,6 +79,6 @@ def execution_of(pipe, calibration: str) -> Execution:
 @functools.cache
 def _warn_uncalibrated(calibration: str) -> None:
     warnings.warn(f"no fitted eager-mode costs for hardware calibration {calibration!r} "
-                  f"(sim/cost/calibrated/{calibration}/{FILE}): eager DiT steps are priced "
-                  "as compiled ones (model.diffusion.eager_launch_us / eager_unfused set them)",
-                  stacklevel=3)
+                  f"(sim/cost/calibrated/{calibration}/kernels/{FILE}.yaml): eager DiT steps "
+                  "are priced as compiled ones (model.diffusion.eager_launch_us / "
+                  "eager_unfused set them)", stacklevel=3)

@@ -85,7 +85,7 @@ def test_offload_fits_the_same_plan_and_pays_pcie_by_hand():
 
 
 def test_auto_picks_only_plans_that_fit():
-    cost, name = _cost("small")
+    cost, _ = _cost("small")
     job = cost.job(SHAPE)
     best = cost.best(SHAPE, 4)
     assert plan_memory(job, best.plan, cost.capacity).fits
@@ -115,8 +115,7 @@ def test_tensor_parallel_and_fsdp_split_weights_ulysses_replicates():
 def test_tiling_bounds_the_vae_working_set():
     cost, _ = _cost()
     job = cost.job(SHAPE)
-    untiled = cost.job(SHAPE)
-    untiled = dataclasses.replace(untiled, pipe=dataclasses.replace(
+    untiled = dataclasses.replace(job, pipe=dataclasses.replace(
         job.pipe, vae=dataclasses.replace(job.pipe.vae, tile_px=0, tile_frames=0)))
     share = (256 ** 2 / (960 * 960)) * (16 / 129)
     one = ParallelPlan()
@@ -145,7 +144,6 @@ def test_the_math_kernel_holds_its_scores():
 
 def test_auto_gangs_check_memory_on_the_largest_gang_not_one_gpu():
     """A job too big for one GPU still runs under plan=auto on a gang it fits on."""
-    from sim.diffusion.run import simulate_diffusion  # noqa: F401  (the run path exists)
     from sim.diffusion.timings import Timings
 
     cost, _ = _cost("small")
