@@ -1,15 +1,17 @@
-"""Fit of the per-step host overhead per backend (``validate fit_host=true``).
+"""Fit of the per-step host costs per backend (``validate fit_host=true``).
 
-The cost model adds ``host.overhead_ms + host.per_seq_us × sequences`` to every step (the part
-of scheduling and input preparation the GPU does not overlap). In a closed-loop fixed-length
-run the schedule does not depend on step durations, so a row's steady-state TTFT and TPOT are
-exactly linear in the two parameters: ``pred = base + overhead_ms·steps +
-per_seq_us·1e-3·seq_steps``, with the step counts read from one simulation
-(``calibration.validate.host_terms``). The fit is then a cheap ``scipy.optimize.least_squares``
-on the relative errors of TTFT and TPOT of a backend's training rows (soft-L1 loss, so a few
-rows the model cannot explain do not dominate); whole configurations — (model, isl, osl, tp)
-groups — are held out. The fitted values are then checked with real simulations of every row,
-and written into the ``host:`` block of ``sim/cost/calibrated/<hardware>/<backend>.yaml``.
+The cost model adds ``host.overhead_ms + per_seq_us × sequences + per_new_request_us × new
+requests + per_token_us × scheduled tokens`` to every step (``sim.cost.host``: the part of
+scheduling and input preparation the GPU does not overlap). In a closed-loop fixed-length run
+the schedule does not depend on step durations, so a row's steady-state TTFT and TPOT are
+exactly linear in the four coefficients: ``pred = base + Σ_k coefficient_k · scale_k ·
+terms_k``, the terms being the steps, sequence-steps, new-request-steps and token-steps inside
+the span, read from one simulation (``calibration.validate.host_terms``). The fit is then a
+cheap ``scipy.optimize.least_squares`` on the relative errors of TTFT and TPOT of a backend's
+training rows (soft-L1 loss, so a few rows the model cannot explain do not dominate); whole
+configurations — (model, isl, osl, tp) groups — are held out. The fitted values are then
+checked with real simulations of every row, and written into the ``host:`` block of
+``sim/cost/calibrated/<hardware>/<backend>.yaml``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,16 @@ import yaml
 from scipy.optimize import least_squares
 
 from analysis.report import write_text
+from sim.cost.host import KEYS
 
 METRICS = ("ttft", "tpot")
 GROUP = ["model", "isl", "osl", "tp"]
-UPPER = (20.0, 500.0)  # bounds of overhead_ms and per_seq_us: far above any measured engine
+# per coefficient of ``sim.cost.host.KEYS``: the span term it multiplies, its unit in ms, and
+# a bound far above any measured engine
+TERMS = ("steps", "seq_steps", "new_steps", "token_steps")
+TO_MS = np.array([1.0, 1e-3, 1e-3, 1e-3])
+UPPER = np.array([20.0, 500.0, 5000.0, 50.0])
+TYPICAL = np.array([1.0, 10.0, 100.0, 1.0])  # least_squares' x_scale
 
 
 def held_out(table: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
@@ -45,48 +53,64 @@ def held_out(table: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
     return mask
 
 
-def linear_predictions(rows: pd.DataFrame, current: tuple[float, float],
-                       host: tuple[float, float]) -> dict[str, np.ndarray]:
-    """Each row's TTFT/TPOT (ms) with ``host`` = (overhead_ms, per_seq_us) instead of the
-    ``current`` values it was simulated with."""
-    d0, d1 = host[0] - current[0], (host[1] - current[1]) * 1e-3
-    return {m: rows[f"pred_{m}_ms"].to_numpy() + d0 * rows[f"{m}_steps"].to_numpy()
-            + d1 * rows[f"{m}_seq_steps"].to_numpy() for m in METRICS}
+def term_columns() -> list[str]:
+    """The per-row span terms the linear model reads (``<metric>_<term>``)."""
+    return [f"{m}_{k}" for m in METRICS for k in TERMS]
+
+
+def linear_predictions(rows: pd.DataFrame, current, host) -> dict[str, np.ndarray]:
+    """Each row's TTFT/TPOT (ms) with ``host`` (the ``sim.cost.host.KEYS`` coefficients)
+    instead of the ``current`` values it was simulated with."""
+    d = (np.asarray(host, dtype=float) - np.asarray(current, dtype=float)) * TO_MS
+    return {m: rows[f"pred_{m}_ms"].to_numpy()
+            + sum(d[i] * rows[f"{m}_{k}"].to_numpy() for i, k in enumerate(TERMS))
+            for m in METRICS}
 
 
 def abs_errors(pred: dict[str, np.ndarray], rows: pd.DataFrame) -> dict:
-    """``{metric: {n, median_abs_pct_error, p90_abs_pct_error}}``."""
+    """``{metric: {n, median_abs_pct_error, p90_abs_pct_error, signed_median_pct_error}}``."""
     out = {}
     for m in METRICS:
-        ape = np.abs(pred[m] / rows[f"meas_{m}_ms"].to_numpy() - 1.0) * 100
-        ape = ape[np.isfinite(ape)]
+        err = (pred[m] / rows[f"meas_{m}_ms"].to_numpy() - 1.0) * 100
+        err = err[np.isfinite(err)]
+        ape = np.abs(err)
         out[m] = {"n": int(len(ape)),
                   "median_abs_pct_error": round(float(np.median(ape)), 2) if len(ape) else None,
                   "p90_abs_pct_error": round(float(np.percentile(ape, 90)), 2) if len(ape)
+                  else None,
+                  "signed_median_pct_error": round(float(np.median(err)), 2) if len(err)
                   else None}
     return out
 
 
-def fit_host(rows: pd.DataFrame, current: tuple[float, float]) -> tuple[float, float]:
-    """(overhead_ms, per_seq_us) minimizing the soft-L1 relative error of TTFT and TPOT."""
-    ok = rows[[f"{m}_{k}" for m in METRICS for k in ("steps", "seq_steps")]].notna().all(axis=1)
+def fit_host(rows: pd.DataFrame, current, free=KEYS) -> tuple[float, ...]:
+    """The ``sim.cost.host.KEYS`` coefficients minimizing the soft-L1 relative error of TTFT
+    and TPOT; those not in ``free`` stay at their ``current`` values."""
+    ok = rows[term_columns()].notna().all(axis=1)
     rows = rows[ok & rows["pred_ttft_ms"].notna()]
     if rows.empty:
         raise ValueError("no simulated training rows to fit the host overhead on")
+    current = np.asarray(current, dtype=float)
+    mask = np.array([k in free for k in KEYS])
+
+    def full(x):
+        h = current.copy()
+        h[mask] = x
+        return h
 
     def residuals(x):
-        pred = linear_predictions(rows, current, (x[0], x[1]))
+        pred = linear_predictions(rows, current, full(x))
         return np.concatenate([pred[m] / rows[f"meas_{m}_ms"].to_numpy() - 1.0
                                for m in METRICS])
 
-    x0 = np.clip(np.asarray(current, dtype=float), 1e-3, np.asarray(UPPER) - 1e-3)
-    res = least_squares(residuals, x0, bounds=([0.0, 0.0], UPPER), loss="soft_l1",
-                        f_scale=0.1, x_scale=[1.0, 10.0])
-    return float(res.x[0]), float(res.x[1])
+    x0 = np.clip(current[mask], 1e-3, UPPER[mask] - 1e-3)
+    res = least_squares(residuals, x0, bounds=(np.zeros(mask.sum()), UPPER[mask]),
+                        loss="soft_l1", f_scale=0.1, x_scale=TYPICAL[mask])
+    return tuple(float(v) for v in full(res.x))
 
 
-def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, float]],
-                 fraction: float, seed: int) -> dict:
+def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, ...]],
+                 fraction: float, seed: int, free=KEYS) -> dict:
     """Per backend: the fitted host values and the linear model's train and held-out errors.
     ``table`` holds every row simulated with the ``current`` host values of its backend; only
     aggregated rows enter (a disaggregated row's KV transfers make its schedule depend on step
@@ -99,9 +123,9 @@ def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, float]],
         train, test = done[sel & ~hold], done[sel & hold]
         if train.empty:
             continue
-        h = fit_host(train, current[backend])
+        h = fit_host(train, current[backend], free)
         fits[backend] = {
-            "overhead_ms": round(h[0], 4), "per_seq_us": round(h[1], 3),
+            **{k: round(v, 4) for k, v in zip(KEYS, h, strict=True)}, "fitted_keys": list(free),
             "train_ids": train["id"].tolist(), "held_out_ids": test["id"].tolist(),
             "linear": {"train": abs_errors(linear_predictions(train, current[backend], h),
                                            train),
@@ -111,8 +135,13 @@ def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, float]],
     return fits
 
 
+def coefficients(f: dict) -> tuple[float, ...]:
+    """A fit's (or host block's) ``KEYS`` coefficients, 0 for a key it lacks."""
+    return tuple(float(f.get(k, 0.0)) for k in KEYS)
+
+
 def verify(fits: dict, table: pd.DataFrame, before: pd.DataFrame,
-           current: dict[str, tuple[float, float]]) -> None:
+           current: dict[str, tuple[float, ...]]) -> None:
     """Add the errors of the real simulations with the fitted values (``table``), per split,
     and the largest gap between them and the linear model (from ``before``)."""
     for backend, f in fits.items():
@@ -122,7 +151,7 @@ def verify(fits: dict, table: pd.DataFrame, before: pd.DataFrame,
             f.setdefault("simulated", {})[split] = abs_errors(pred, rows)
         ids = f["train_ids"] + f["held_out_ids"]
         lin = linear_predictions(before.set_index("id").loc[ids].reset_index(),
-                                 current[backend], (f["overhead_ms"], f["per_seq_us"]))
+                                 current[backend], coefficients(f))
         sim = table.set_index("id").loc[ids]
         f["max_linear_gap_pct"] = round(float(max(
             np.nanmax(np.abs(lin[m] / sim[f"pred_{m}_ms"].to_numpy() - 1.0)) * 100
@@ -133,12 +162,13 @@ def host_block(f: dict, fraction: float, seed: int, csv: str, harness: str = "")
     """The ``host:`` block written into the calibrated file (``harness``: how the rows were
     simulated, e.g. ``burst, 10 requests per client``)."""
     return {
-        "overhead_ms": f["overhead_ms"], "per_seq_us": f["per_seq_us"], "fitted": True,
+        **{k: f[k] for k in KEYS}, "fitted": True,
         "fitted_on": date.today().isoformat(),
         "method": "python -m calibration validate fit_host=true: scipy least_squares "
                   "(soft-L1) on relative TTFT and TPOT errors of closed-loop silicon rows",
         "data": Path(csv).name,
         **({"harness": harness} if harness else {}),
+        "fitted_keys": f.get("fitted_keys", list(KEYS)),
         "split": f"{fraction:.0%} of the backend's (model, isl, osl, tp) groups held out, "
                  f"seed {seed}",
         "rows": {"train": len(f["train_ids"]), "held_out": len(f["held_out_ids"])},
@@ -175,8 +205,8 @@ def format_fits(fits: dict) -> str:
         for kind in ("linear", "simulated"):
             for split, errs in f.get(kind, {}).items():
                 for m, e in errs.items():
-                    rows.append({"backend": backend, "overhead_ms": f["overhead_ms"],
-                                 "per_seq_us": f["per_seq_us"], "errors_of": kind,
+                    rows.append({"backend": backend, **{k: f[k] for k in KEYS},
+                                 "errors_of": kind,
                                  "split": split, "metric": m, **e})
     if not rows:
         return "Host fit: no backend had simulated rows"

@@ -2,7 +2,7 @@
 
     python -m calibration validate silicon_csv=PATH hardware=h100_sxm [backend=NAME]
         [models=[a,b]] [limit=N] [harness=burst|ramp|desync] [requests_per_client=10]
-        [fit_host=true]
+        [fit_host=true] [host_keys=[overhead_ms,per_seq_us,per_new_request_us,per_token_us]]
     python -m calibration validate gpustack_csv=PATH [backend=NAME] [fit_frontend=true]
         (``vllm bench serve`` runs replayed as their client ran them:
         ``calibration.validate_bench``)
@@ -37,8 +37,9 @@ Printed (``calibration.validate_report``): every row's predicted and measured TT
 with the signed error ``(pred − meas) / meas``, the median and p90 absolute % error per backend
 and metric, the worst rows, and the rows not simulated with their reasons. Written to the run's
 output dir:
-``validate.json`` and ``rows.parquet``. ``fit_host=true`` first fits the host overhead per
-backend (``calibration.host_fit``) and validates with the fitted values.
+``validate.json`` and ``rows.parquet``. ``fit_host=true`` first fits the host costs per
+backend (``calibration.host_fit``: the ``host_keys`` coefficients of ``sim.cost.host``) and
+validates with the fitted values.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ from calibration import host_fit
 from calibration.config import SimConfigContext, command_main, compose_command
 from calibration.silicon_rows import calibration_file, plan_rows
 from calibration.validate_report import (
-    METRICS,
     add_errors,
     error_summary,
     format_report,
@@ -69,6 +69,8 @@ from calibration.validate_report import (
 )
 from scenarios import WorkloadError, requests_for_seed
 from sim import simulate
+from sim.config.cost import HOST_FIELDS
+from sim.cost.host import KEYS as HOST_KEYS
 from sim.errors import ConfigError
 
 
@@ -89,6 +91,8 @@ class ValidateConfig:
     seed: int = 0
     worst: int = 10
     fit_host: bool = False
+    # the host coefficients fit_host fits (the others keep their calibrated values)
+    host_keys: list[str] = field(default_factory=lambda: list(HOST_KEYS))
     held_out_fraction: float = 0.3
     write_host: bool = True
     fit_frontend: bool = False
@@ -126,12 +130,12 @@ class RowSimulator(SimConfigContext):
             cfg.workload.ramp_up_s = request_latency_estimate(cfg)
         return cfg
 
-    def run(self, cfg, host: tuple[float, float] | None = None) -> dict:
-        """Simulate; steady-state mean TTFT/TPOT (ms) and step diagnostics. ``host`` =
-        (overhead_ms, per_seq_us) overrides the calibrated file's host block."""
+    def run(self, cfg, host: tuple[float, ...] | None = None) -> dict:
+        """Simulate; steady-state mean TTFT/TPOT (ms) and step diagnostics. ``host`` (the
+        ``sim.cost.host.KEYS`` coefficients) overrides the calibrated file's host block."""
         if host is not None:
-            cfg.cost_model.host_overhead_ms = float(host[0])
-            cfg.cost_model.host_overhead_per_seq_us = float(host[1])
+            for field, value in zip(HOST_FIELDS, host, strict=True):
+                setattr(cfg.cost_model, field, float(value))
         requests = requests_for_seed(cfg.workload, cfg.seed)
         if self.harness == "desync":
             requests = desynchronise(requests, request_latency_estimate(cfg))
@@ -200,31 +204,38 @@ def measure(records, trim: bool) -> dict:
 
 
 def host_terms(steady: pd.DataFrame, req: pd.DataFrame, tl: pd.DataFrame) -> dict:
-    """How the steady-state means depend on the host overhead: the mean number of steps
-    (``<m>_steps``) and of sequence-steps (``<m>_seq_steps``, summed batch sizes) inside each
-    request's TTFT and inside its decode span per output token. In a closed loop the schedule
-    does not depend on step durations, so ``pred = base + overhead_ms·steps +
-    per_seq_us·1e-3·seq_steps`` exactly (``calibration.host_fit``)."""
+    """How the steady-state means depend on the host costs: the mean number of steps
+    (``<m>_steps``), of sequence-steps (``<m>_seq_steps``, summed batch sizes), of new-request
+    steps (``<m>_new_steps``, requests first scheduled in them) and of token-steps
+    (``<m>_token_steps``, summed scheduled tokens) inside each request's TTFT and inside its
+    decode span per output token. In a closed loop the schedule does not depend on step
+    durations, so the means are exactly linear in the four coefficients
+    (``calibration.host_fit``)."""
     if not len(steady):
-        return {f"{m}_{k}": float("nan") for m in METRICS for k in ("steps", "seq_steps")}
+        return {c: float("nan") for c in host_fit.term_columns()}
     ends = (tl["time_s"] + tl["step_time_s"]).to_numpy()
     order = np.argsort(ends, kind="stable")
     ends = ends[order]
-    cum_n = np.concatenate([[0], np.cumsum(tl["batch_size"].to_numpy()[order])])
+    started = np.isin(tl["time_s"].to_numpy(), req["first_scheduled_s"].dropna().to_numpy())
+    new = np.zeros(len(tl))
+    if started.any():  # a step's new requests: those first scheduled at its start
+        firsts = req["first_scheduled_s"].value_counts()
+        new[started] = firsts.loc[tl["time_s"].to_numpy()[started]].to_numpy()
+    per_step = {"seq_steps": tl["batch_size"].to_numpy(), "new_steps": new,
+                "token_steps": tl["scheduled_tokens"].to_numpy()}
+    cum = {k: np.concatenate([[0], np.cumsum(v[order])]) for k, v in per_step.items()}
     r = req.set_index("request_id").loc[steady["request_id"]]
     eps = 1e-9  # an arrival is the end of the step that completed the client's previous request
-
-    def span(t0, t1):
-        i0 = np.searchsorted(ends, t0.to_numpy() + eps, side="right")
-        i1 = np.searchsorted(ends, t1.to_numpy() + eps, side="right")
-        return i1 - i0, cum_n[i1] - cum_n[i0]
-
-    n_t, s_t = span(r["arrival_s"], r["first_token_s"])
-    n_d, s_d = span(r["first_token_s"], r["completion_s"])
     per_tok = 1.0 / np.maximum(r["generated_tokens"].to_numpy() - 1, 1)
-    return {"ttft_steps": float(n_t.mean()), "ttft_seq_steps": float(s_t.mean()),
-            "tpot_steps": float((n_d * per_tok).mean()),
-            "tpot_seq_steps": float((s_d * per_tok).mean())}
+    out = {}
+    for m, (t0, t1), weight in (("ttft", ("arrival_s", "first_token_s"), 1.0),
+                                ("tpot", ("first_token_s", "completion_s"), per_tok)):
+        i0 = np.searchsorted(ends, r[t0].to_numpy() + eps, side="right")
+        i1 = np.searchsorted(ends, r[t1].to_numpy() + eps, side="right")
+        out[f"{m}_steps"] = float(((i1 - i0) * weight).mean())
+        for k, c in cum.items():
+            out[f"{m}_{k}"] = float(((c[i1] - c[i0]) * weight).mean())
+    return out
 
 
 def simulate_plans(plans: pd.DataFrame, simulator: RowSimulator,
@@ -247,8 +258,7 @@ def simulate_plans(plans: pd.DataFrame, simulator: RowSimulator,
     table = pd.DataFrame(out)
     for col in ("pred_ttft_ms", "pred_tpot_ms", "pred_ttft_all_ms", "pred_tpot_all_ms",
                 "steady_requests", "pred_decode_step_ms", "pred_decode_batch",
-                "pred_host_share", *(f"{m}_{k}" for m in METRICS
-                                     for k in ("steps", "seq_steps"))):
+                "pred_host_share", *host_fit.term_columns()):
         table[col] = table[col].astype(float) if col in table else np.nan
     return table
 
@@ -278,6 +288,9 @@ def check(cfg) -> None:
         raise ConfigError("held_out_fraction", cfg.held_out_fraction, "must be in (0, 1)")
     if cfg.worst < 0:
         raise ConfigError("worst", cfg.worst, "must be >= 0")
+    if not cfg.host_keys or not set(cfg.host_keys) <= set(HOST_KEYS):
+        raise ConfigError("host_keys", list(cfg.host_keys),
+                          f"a non-empty list of {list(HOST_KEYS)}")
 
 
 def select_rows(df: pd.DataFrame, cfg) -> pd.DataFrame:
@@ -332,11 +345,11 @@ def _fit_host(plans: pd.DataFrame, simulator: RowSimulator, cfg) -> tuple[dict, 
     files = {b: calibration_file(cfg.hardware, b) for b in backends}
     current = {}
     for b, path in files.items():
-        h = yaml.safe_load(path.read_text()).get("host") or {}
-        current[b] = (float(h.get("overhead_ms", 0.0)), float(h.get("per_seq_us", 0.0)))
+        current[b] = host_fit.coefficients(yaml.safe_load(path.read_text()).get("host") or {})
     before = add_errors(simulate_plans(plans, simulator, current))
-    fits = host_fit.fit_backends(before, current, cfg.held_out_fraction, cfg.seed)
-    hosts = {b: (f["overhead_ms"], f["per_seq_us"]) for b, f in fits.items()}
+    fits = host_fit.fit_backends(before, current, cfg.held_out_fraction, cfg.seed,
+                                 tuple(cfg.host_keys))
+    hosts = {b: host_fit.coefficients(f) for b, f in fits.items()}
     table = add_errors(simulate_plans(plans, simulator, hosts))
     host_fit.verify(fits, table, before, current)
     for b, f in fits.items():

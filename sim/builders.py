@@ -21,6 +21,9 @@ from sim.config import (
 )
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
 from sim.cost.cuda_graphs import capture_sizes
+from sim.cost.eager import eager_launch_s
+from sim.cost.host import KEYS as HOST_KEYS
+from sim.cost.host import HostCosts
 from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
 from sim.frontend import FRONTEND_KEYS, FrontendCosts
@@ -85,26 +88,36 @@ def build_frontend_costs(cfg) -> FrontendCosts:
     return FrontendCosts.from_units(**values)
 
 
+def host_costs(c, calibrated: dict) -> HostCosts:
+    """The engine's per-step host costs: each ``cost_model.host_overhead*`` override, else the
+    calibrated ``host:`` block's value (0 where the block has no such key)."""
+    given = dict(zip(HOST_KEYS, (c.host_overhead_ms, c.host_overhead_per_seq_us,
+                                 c.host_overhead_per_new_request_us,
+                                 c.host_overhead_per_token_us), strict=True))
+    return HostCosts.from_units(**{k: float(calibrated.get(k, 0.0) if v is None else v)
+                                   for k, v in given.items()})
+
+
 def build_cost_model(cfg) -> CostModel:
     """The configured cost model for one replica of ``cfg.model`` on ``cfg.hardware``."""
     c = cfg.cost_model
     if c.name == "constant":
         return ConstantCostModel(c.step_time_ms * 1e-3)
     eff, doc = calibration_of(cfg)
-    host_ms = doc["host"]["overhead_ms"] if c.host_overhead_ms is None else c.host_overhead_ms
-    per_seq_us = (doc["host"]["per_seq_us"] if c.host_overhead_per_seq_us is None
-                  else c.host_overhead_per_seq_us)
     cl = cfg.cluster
     b, sched = cfg.backend, cfg.scheduler
+    eager = bool(getattr(b, "enforce_eager", False))
     graphs = capture_sizes(b.name, sched.max_num_seqs, sched.max_num_batched_tokens,
-                           cl.tensor_parallel_size, bool(getattr(b, "enforce_eager", False)),
-                           getattr(b, "cuda_graph_max_bs", None))
+                           cl.tensor_parallel_size, eager, getattr(b, "cuda_graph_max_bs", None))
+    launch_s = eager_launch_s(cfg.hardware.calibration, getattr(b, "eager_launch_us", None),
+                              "backend.enforce_eager steps pay no kernel-launch time "
+                              "(backend.eager_launch_us sets it)") if eager else 0.0
     return RooflineCostModel(cfg.model, cfg.hardware, cl.tensor_parallel_size,
                              kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,
-                             host_ms * 1e-3, per_seq_us * 1e-6,
-                             pp=cl.pipeline_parallel_size, ep=cl.expert_parallel_size,
-                             graphs=graphs,
-                             async_scheduling=bool(getattr(b, "async_scheduling", False)))
+                             host_costs(c, doc["host"]), pp=cl.pipeline_parallel_size,
+                             ep=cl.expert_parallel_size, graphs=graphs,
+                             async_scheduling=bool(getattr(b, "async_scheduling", False)),
+                             eager_launch_s=launch_s)
 
 
 def plain(cfg) -> SimpleNamespace:

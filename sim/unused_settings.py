@@ -81,6 +81,10 @@ def unused_settings(cfg) -> list[str]:
             out.append(f"workload.{name}={getattr(w, name)} is ignored: "
                        f"workload.arrival={w.arrival} does not read it (only "
                        f"{', '.join(arrivals)} arrivals do)")
+    b = cfg.backend
+    if getattr(b, "eager_launch_us", None) is not None and not b.enforce_eager:
+        out.append(f"backend.eager_launch_us={b.eager_launch_us} is ignored: "
+                   "backend.enforce_eager=false (CUDA graphs launch the kernels)")
     return out + _cluster_unused(cfg)
 
 

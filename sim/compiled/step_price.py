@@ -85,6 +85,7 @@ def price_step(nb, bnew, bctx, tok, head_tok, head_seq, prm, etas, x, out):
     T = 0
     pf = pb = pq = 0.0
     npre = 0
+    nnew = 0  # prompts starting in the step (``sim.cost.host.new_requests``)
     ctx_total = 0
     ndec = 0
     for j in range(nb):
@@ -98,6 +99,8 @@ def price_step(nb, bnew, bctx, tok, head_tok, head_seq, prm, etas, x, out):
             pb += (cf + qf) * 2.0 * kvh * hd * kvb + 2.0 * qf * heads * hd * act
             pq += qf
             npre += 1
+            if bctx[j] == 0:
+                nnew += 1
     att0 = att1 = att2 = 0.0
     if npre:
         t, cb = _attention(True, pf, pb, pq / npre, npre, prm, etas, x)
@@ -123,7 +126,8 @@ def price_step(nb, bnew, bctx, tok, head_tok, head_seq, prm, etas, x, out):
     compute = h0 + (tok[T, 0] + L * att0)
     memory = h1 + (tok[T, 1] + L * att1)
     comm = h2 + (tok[T, 2] + L * att2) + 0.0
-    host = prm[P.HOST_S] + prm[P.HOST_PER_SEQ_S] * nb
+    host = (prm[P.HOST_S] + prm[P.HOST_PER_SEQ_S] * nb + prm[P.HOST_PER_NEW_S] * nnew
+            + prm[P.HOST_PER_TOKEN_S] * T)
     if prm[P.ASYNC]:  # scheduled while the GPU runs: only what outlasts it shows
         host = max(0.0, host - (compute + memory + comm))
     out[0] = compute + memory + comm + host

@@ -32,8 +32,12 @@ class BackendConfig:
 
     name: str = "vllm"
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
-    # no CUDA graphs (vLLM's --enforce-eager, SGLang's --disable-cuda-graph): nothing padded
+    # no CUDA graphs (vLLM's --enforce-eager, SGLang's --disable-cuda-graph): nothing padded,
+    # and every kernel is dispatched by the host (sim/cost/eager.py)
     enforce_eager: bool = False
+    # enforce_eager: host dispatch time per kernel launch, µs; null: the calibrated value
+    # (sim/cost/calibrated/<hardware.calibration>/kernels/execution.yaml)
+    eager_launch_us: float | None = None
     # vLLM's --async-scheduling: the next step is scheduled while the GPU runs this one, so
     # a step takes max(GPU, host) instead of GPU + host
     async_scheduling: bool = False
@@ -48,6 +52,9 @@ def check_backend(b: BackendConfig) -> None:
     max_bs = getattr(b, "cuda_graph_max_bs", None)
     if max_bs is not None and max_bs < 1:
         raise ConfigError("backend.cuda_graph_max_bs", max_bs, "null (the default) or >= 1")
+    launch = getattr(b, "eager_launch_us", None)
+    if launch is not None and not (launch >= 0 and launch < float("inf")):
+        raise ConfigError("backend.eager_launch_us", launch, "a finite number >= 0 or null")
     frontend = getattr(b, "frontend", None)
     for key in ("per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms"):
         value = getattr(frontend, key, None)

@@ -20,10 +20,18 @@ class RooflineCostConfig:
     host_overhead_ms: float | None = None
     # CPU time per sequence in the step; None: the calibrated value.
     host_overhead_per_seq_us: float | None = None
+    # CPU time per request whose prompt starts in the step; None: the calibrated value.
+    host_overhead_per_new_request_us: float | None = None
+    # CPU time per token scheduled in the step; None: the calibrated value.
+    host_overhead_per_token_us: float | None = None
     # Calibrated parameters sim/cost/calibrated/<calibration>/<backend>.yaml;
     # "auto" takes hardware.calibration; or the path of one calibrated .yaml file
     # (``python -m calibration from-bench`` writes one from your own benchmark results).
     calibration: str = "auto"
+
+
+HOST_FIELDS = ("host_overhead_ms", "host_overhead_per_seq_us",
+               "host_overhead_per_new_request_us", "host_overhead_per_token_us")
 
 
 @dataclass
@@ -39,11 +47,10 @@ def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
     if c.name == "constant":
         positive("cost_model.step_time_ms", c.step_time_ms)
     elif c.name == "roofline":
-        if c.host_overhead_ms is not None and c.host_overhead_ms < 0:
-            raise ConfigError("cost_model.host_overhead_ms", c.host_overhead_ms, "must be >= 0")
-        if c.host_overhead_per_seq_us is not None and c.host_overhead_per_seq_us < 0:
-            raise ConfigError("cost_model.host_overhead_per_seq_us",
-                              c.host_overhead_per_seq_us, "must be >= 0")
+        for key in HOST_FIELDS:
+            value = getattr(c, key)
+            if value is not None and value < 0:
+                raise ConfigError(f"cost_model.{key}", value, "must be >= 0")
         if c.calibration != "auto" and not str(c.calibration).endswith((".yaml", ".yml")):
             check_calibration_name("cost_model.calibration", c.calibration)
         elif c.calibration != "auto" and not Path(c.calibration).is_file():

@@ -26,6 +26,7 @@ from sim.config import HardwareConfig, ModelConfig
 from sim.cost.attention import AttentionOps
 from sim.cost.base import OperatorCost, StepCost
 from sim.cost.cuda_graphs import CudaGraphs
+from sim.cost.host import HostCosts, new_requests
 from sim.cost.layers import head_ops, layer_token_ops
 from sim.cost.layout import ATTENTION_KINDS, FFN_KINDS, LayerCounts, PerGpu, stage_layer_counts
 from sim.cost.memo import Memo
@@ -111,17 +112,21 @@ class RooflineCostModel:
     """
 
     def __init__(self, model: ModelConfig, hw: HardwareConfig, tp: int, kv_bytes: int,
-                 eff: Efficiency, host_overhead_s: float, host_per_seq_s: float,
+                 eff: Efficiency, host: HostCosts | None = None,
                  pp: int = 1, ep: int = 1, graphs: CudaGraphs | None = None,
-                 async_scheduling: bool = False) -> None:
-        """``graphs``: the engine's CUDA-graph capture sizes (``sim.cost.cuda_graphs``; None:
+                 async_scheduling: bool = False, eager_launch_s: float = 0.0) -> None:
+        """``host``: the engine's per-step CPU time (``sim.cost.host``; None: none);
+        ``graphs``: the engine's CUDA-graph capture sizes (``sim.cost.cuda_graphs``; None:
         no step is padded); ``async_scheduling``: the host work of a step overlaps the GPU's
-        (vLLM's ``--async-scheduling``), so a step takes the longer of the two."""
+        (vLLM's ``--async-scheduling``), so a step takes the longer of the two;
+        ``eager_launch_s``: with ``enforce_eager`` (no CUDA graphs), the host's dispatch time
+        per kernel launch: a step's GPU work takes at least its launches × this (0: graphs)."""
         self.async_scheduling = async_scheduling
+        self.host = host or HostCosts()
+        self.eager_launch_s = eager_launch_s
         self.model, self.hw, self.tp, self.pp, self.ep, self.eff = model, hw, tp, pp, ep, eff
         self.graphs = graphs or CudaGraphs()
         self.kv_bytes = kv_bytes
-        self.host_overhead_s, self.host_per_seq_s = host_overhead_s, host_per_seq_s
         self.p = Pricer(hw, eff)
         self.g = PerGpu.of(model, tp, ep, kv_bytes)
         for dtype in (model.dtype, "bfloat16"):
@@ -143,6 +148,7 @@ class RooflineCostModel:
         self._token_key_seqs = bool(self.g.lin_value_heads)
         self._head_parts = Memo(16384)
         self._sends = Memo(4096)
+        self._kernels: dict[tuple[bool, bool], int] = {}
 
     # ---- cached pieces (only their (compute, memory, comm) totals are kept) -------------------
     def _stage_token_parts(self, T: int, S: int, decode_step: bool = False
@@ -220,15 +226,39 @@ class RooflineCostModel:
         tok = [t[:, None] for t in self._stage_token_parts(S, S, True)]
         return self._stages(tok, att)
 
-    def _finish(self, layers, S: int, head: np.ndarray, send_s):
-        """(time, compute, memory, comm, host) of a step from its layers' and head's parts."""
+    def _finish(self, layers, S: int, R: int, T: int, head: np.ndarray, send_s,
+                kernels: int = 0):
+        """(time, compute, memory, comm, host) of a step of ``S`` sequences, ``R`` of them
+        new, and ``T`` scheduled tokens, from its layers' and head's parts; in eager mode its
+        ``kernels`` launches."""
         compute = head[0] + layers[0]
         memory = head[1] + layers[1]
         comm = head[2] + layers[2] + send_s
-        host = self.host_overhead_s + self.host_per_seq_s * S
+        gpu = compute + memory + comm
+        host = self.host.time(S, R, T)
         if self.async_scheduling:  # only the host time the GPU's work does not cover shows
-            host = np.maximum(0.0, host - (compute + memory + comm))
-        return compute + memory + comm + host, compute, memory, comm, host
+            host = np.maximum(0.0, host - gpu)
+        return gpu + host + self._dispatch(gpu, kernels), compute, memory, comm, \
+            host + self._dispatch(gpu, kernels)
+
+    def _dispatch(self, gpu, kernels: int):
+        """Eager mode: the time by which launching ``kernels`` one by one outlasts the GPU's
+        work (the host runs ahead of the GPU, so the step takes the longer of the two)."""
+        if not self.eager_launch_s:
+            return 0.0
+        return np.maximum(0.0, kernels * self.eager_launch_s - gpu)
+
+    def kernel_launches(self, prefill: bool, decode: bool) -> int:
+        """Kernels one GPU launches in a step with prefill chunks and/or decode tokens: every
+        operator's runs on the busiest stage plus the head's (their counts do not depend on
+        the step's size)."""
+        key = (bool(prefill), bool(decode))
+        prefill, decode = key
+        if key not in self._kernels:
+            n = np.array([2] * prefill + [1] * decode)
+            c = np.array([0] * prefill + [8] * decode)
+            self._kernels[key] = sum(op.count for op in self._operators(n, c)[0])
+        return self._kernels[key]
 
     # ---- the CostModel interface ---------------------------------------------------------
     def step_cost(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> StepCost:
@@ -245,7 +275,10 @@ class RooflineCostModel:
             parts = [[p[:, None] for p in self._micro_batch_parts(n[mb], c[mb])] for mb in mbs]
             layers = makespan(parts, self.pp)[0][:, 0]
             send_s = self._send_time(max(int(n[mb].sum()) for mb in mbs))
-        return StepCost(*(float(a) for a in self._finish(layers, S, self._head(T, S), send_s)))
+        kernels = self.kernel_launches(True, bool(((n == 1) & (c > 0)).any())) \
+            if self.eager_launch_s else 0
+        return StepCost(*(float(a) for a in self._finish(layers, S, new_requests(c), T,
+                                                         self._head(T, S), send_s, kernels)))
 
     def decode_window(self, context_tokens: np.ndarray, k: int):
         """Costs of ``k`` consecutive decode-only steps of the same sequences.
@@ -262,7 +295,9 @@ class RooflineCostModel:
             mbs = micro_batches(S, self.pp)
             layers = makespan([self._window_parts(c[mb], k) for mb in mbs], self.pp)[0]
             send_s = self._send_time(len(c[mbs[0]]))
-        time, compute, memory, comm, host = self._finish(layers, S, self._head(S, S), send_s)
+        kernels = self.kernel_launches(False, True) if self.eager_launch_s else 0
+        time, compute, memory, comm, host = self._finish(layers, S, 0, S, self._head(S, S),
+                                                         send_s, kernels)
         return time, compute, memory, comm, np.broadcast_to(host, (k,)).astype(float)
 
     def breakdown(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> list[OperatorCost]:
@@ -270,6 +305,25 @@ class RooflineCostModel:
         pipeline's sends and bubble (its idle time) and the host overhead, as pseudo-operators;
         their times add up to ``step_cost``."""
         n, c = np.asarray(new_tokens), np.asarray(context_tokens)
+        ops, mbs = self._operators(n, c)
+        step = self.step_cost(n, c)
+        if self.pp > 1:
+            ops += merge(send_ops(self.p, self.hw, self.tp, self.pp,
+                                  max(int(n[mb].sum()) for mb in mbs), self.g.hidden))
+            split = np.array([step.compute_s, step.memory_s, step.comm_s]) - bound_parts(ops)
+            bound = ("compute", "memory", "comm")[int(np.argmax(split))]
+            ops.append(OperatorCost("pp_bubble", 1, 0.0, 0.0, float(split.sum()), bound))
+        decode = (n == 1) & (c > 0)
+        dispatch = float(self._dispatch(step.compute_s + step.memory_s + step.comm_s,
+                                        self.kernel_launches(not decode.all(), decode.any())))
+        if dispatch:
+            ops.append(OperatorCost("eager.host_dispatch", 1, 0.0, 0.0, dispatch, "host"))
+        return ops + [OperatorCost("host_overhead", 1, 0.0, 0.0, step.host_s - dispatch,
+                                   "host")]
+
+    def _operators(self, n: np.ndarray, c: np.ndarray):
+        """The step's operators on one GPU of the busiest pipeline stage, with the head's
+        (merged by name), and the micro-batches."""
         T, S = int(n.sum()), len(n)
         mbs = micro_batches(S, self.pp)
         per_stage = [[] for _ in self.stages]
@@ -285,12 +339,4 @@ class RooflineCostModel:
                         per_stage[s] += [op.scaled(counts.of(kind)) for op in ops]
         busiest = max(per_stage, key=lambda ops: sum(op.time_s for op in ops))
         pre, post = head_ops(self.p, self.g, self.hw, T, S)
-        ops = merge(pre + busiest + post)
-        step = self.step_cost(n, c)
-        if self.pp > 1:
-            ops += merge(send_ops(self.p, self.hw, self.tp, self.pp,
-                                  max(int(n[mb].sum()) for mb in mbs), self.g.hidden))
-            split = np.array([step.compute_s, step.memory_s, step.comm_s]) - bound_parts(ops)
-            bound = ("compute", "memory", "comm")[int(np.argmax(split))]
-            ops.append(OperatorCost("pp_bubble", 1, 0.0, 0.0, float(split.sum()), bound))
-        return ops + [OperatorCost("host_overhead", 1, 0.0, 0.0, step.host_s, "host")]
+        return merge(pre + busiest + post), mbs

@@ -21,13 +21,11 @@ the development set's eager/compile pairs and written to
 
 from __future__ import annotations
 
-import functools
-import warnings
 from dataclasses import dataclass
 
-from sim.cost.kernel_files import kernel_file, read_kernel_file
+from sim.cost.eager import calibrated_eager_costs, execution_path, warn_uncalibrated
 
-FILE = "execution"  # sim/cost/calibrated/<calibration>/kernels/execution.yaml
+__all__ = ["COMPILED", "Execution", "execution_of", "execution_path"]
 
 
 @dataclass(frozen=True)
@@ -47,21 +45,6 @@ class Execution:
 COMPILED = Execution("compiled")
 
 
-def execution_path(calibration: str):
-    """Where the eager costs of ``hardware.calibration`` are (or would be) written."""
-    return kernel_file(calibration, FILE)
-
-
-def calibrated_eager_costs(calibration: str) -> dict:
-    """``{"launch_us": …, "unfused": …}`` fitted for ``calibration`` (empty if none were)."""
-    return dict(read_kernel_file(calibration, FILE, _eager_costs))
-
-
-def _eager_costs(doc: dict) -> tuple:
-    e = doc.get("eager") or {}
-    return tuple((k, float(e[k])) for k in ("launch_us", "unfused") if k in e)
-
-
 def execution_of(pipe, calibration: str) -> Execution:
     """The execution of pipeline ``pipe`` on GPUs of ``calibration``: its mode, with the
     pipeline's own eager costs where it sets them, else the calibrated ones (else none)."""
@@ -69,16 +52,9 @@ def execution_of(pipe, calibration: str) -> Execution:
         return COMPILED
     cal = calibrated_eager_costs(calibration)
     if not cal and (pipe.eager_launch_us is None or pipe.eager_unfused is None):
-        _warn_uncalibrated(calibration)
+        warn_uncalibrated(calibration, "eager DiT steps are priced as compiled ones "
+                          "(model.diffusion.eager_launch_us / eager_unfused set them)")
     launch_us = pipe.eager_launch_us if pipe.eager_launch_us is not None \
         else cal.get("launch_us", 0.0)
     unfused = pipe.eager_unfused if pipe.eager_unfused is not None else cal.get("unfused", 1.0)
     return Execution("eager", float(launch_us) * 1e-6, float(unfused))
-
-
-@functools.cache
-def _warn_uncalibrated(calibration: str) -> None:
-    warnings.warn(f"no fitted eager-mode costs for hardware calibration {calibration!r} "
-                  f"(sim/cost/calibrated/{calibration}/kernels/{FILE}.yaml): eager DiT steps "
-                  "are priced as compiled ones (model.diffusion.eager_launch_us / "
-                  "eager_unfused set them)", stacklevel=3)

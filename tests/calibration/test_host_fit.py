@@ -18,7 +18,10 @@ def row(**kw) -> dict:
             "tp_size": 1.0, "silicon_ttft_ms": 20.0, "silicon_tpot_ms": 5.0} | kw
 
 
-def synthetic(h: tuple[float, float], n: int = 12, seed: int = 0) -> pd.DataFrame:
+ZERO = (0.0, 0.0, 0.0, 0.0)
+
+
+def synthetic(h: tuple[float, ...], n: int = 12, seed: int = 0) -> pd.DataFrame:
     """Rows simulated at host (0, 0) whose measurements come from a known host ``h``."""
     rng = np.random.default_rng(seed)
     t = pd.DataFrame({
@@ -26,19 +29,28 @@ def synthetic(h: tuple[float, float], n: int = 12, seed: int = 0) -> pd.DataFram
         "isl": rng.choice([128, 1024, 4096], n), "osl": 128, "tp": rng.choice([1, 2], n),
         "pred_ttft_ms": rng.uniform(20, 200, n), "pred_tpot_ms": rng.uniform(5, 30, n),
         "ttft_steps": rng.uniform(1, 5, n), "ttft_seq_steps": rng.uniform(5, 300, n),
-        "tpot_steps": rng.uniform(0.9, 1.3, n), "tpot_seq_steps": rng.uniform(2, 100, n)})
-    meas = host_fit.linear_predictions(t, (0.0, 0.0), h)
+        "ttft_new_steps": rng.uniform(1, 64, n), "ttft_token_steps": rng.uniform(100, 9000, n),
+        "tpot_steps": rng.uniform(0.9, 1.3, n), "tpot_seq_steps": rng.uniform(2, 100, n),
+        "tpot_new_steps": rng.uniform(0, 2, n), "tpot_token_steps": rng.uniform(2, 400, n)})
+    meas = host_fit.linear_predictions(t, ZERO, h)
     return t.assign(meas_ttft_ms=meas["ttft"], meas_tpot_ms=meas["tpot"])
 
 
 def test_fit_recovers_known_host_values():
-    t = synthetic((1.5, 40.0))
-    h0, h1 = host_fit.fit_host(t, (0.0, 0.0))
-    assert np.isclose(h0, 1.5, rtol=1e-3) and np.isclose(h1, 40.0, rtol=1e-3)
+    truth = (1.5, 40.0, 250.0, 0.8)
+    fitted = host_fit.fit_host(synthetic(truth, n=24), ZERO)
+    assert np.allclose(fitted, truth, rtol=1e-3)
+
+
+def test_fit_keeps_the_keys_it_does_not_fit():
+    truth = (1.5, 40.0, 0.0, 0.0)
+    fitted = host_fit.fit_host(synthetic(truth), (0.0, 0.0, 7.0, 0.5),
+                               free=("overhead_ms", "per_seq_us"))
+    assert fitted[2:] == (7.0, 0.5)
 
 
 def test_held_out_keeps_whole_groups():
-    t = synthetic((1.0, 1.0), n=40)
+    t = synthetic((1.0, 1.0, 1.0, 1.0), n=40)
     mask = host_fit.held_out(t, 0.3, seed=0)
     assert 0 < mask.sum() < len(t)
     keys = t[host_fit.GROUP].astype(str).agg("|".join, axis=1)
@@ -54,9 +66,9 @@ def test_step_counts_make_predictions_exactly_linear():
     plan["overrides"] = [*plan["overrides"], *(f"backend.frontend.{k}=0" for k in (
         "per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms"))]
     with RowSimulator(3, harness="burst") as s:  # started together, the schedule is duration-free
-        r0 = s.run(s.compose(plan), (0.0, 0.0))
-        r1 = s.run(s.compose(plan), (2.0, 30.0))
-    lin = host_fit.linear_predictions(pd.DataFrame([r0]), (0.0, 0.0), (2.0, 30.0))
+        r0 = s.run(s.compose(plan), ZERO)
+        r1 = s.run(s.compose(plan), (2.0, 30.0, 400.0, 3.0))
+    lin = host_fit.linear_predictions(pd.DataFrame([r0]), ZERO, (2.0, 30.0, 400.0, 3.0))
     for m in ("ttft", "tpot"):
         assert r1[f"pred_{m}_ms"] > r0[f"pred_{m}_ms"]
         assert np.isclose(lin[m][0], r1[f"pred_{m}_ms"], rtol=1e-9)
@@ -67,7 +79,8 @@ def test_write_host_replaces_only_the_host_block(tmp_path):
     path.write_text("hardware: h100_sxm\nparameters:\n  a: 1\n  b: [1, 2]\n"
                     "host:\n  overhead_ms: 0.5\n  per_seq_us: 2.0\n  fitted: false\n"
                     "errors:\n  x: 3\n")
-    f = {"overhead_ms": 0.8, "per_seq_us": 5.0, "train_ids": ["a"], "held_out_ids": ["b"],
+    f = {"overhead_ms": 0.8, "per_seq_us": 5.0, "per_new_request_us": 90.0, "per_token_us": 0.2,
+         "train_ids": ["a"], "held_out_ids": ["b"],
          "linear": {"train": {}, "held_out": {}}}
     host_fit.write_host(path, host_fit.host_block(f, 0.3, 0, "s.csv"))
     doc = yaml.safe_load(path.read_text())

@@ -137,6 +137,8 @@ CASES: dict[str, Case] = {
                                   expect=("cost_model.calibration='nowhere.yaml'",)),
     "frontend_negative": C("backend.frontend.per_request_ms=-1",
                            expect=("backend.frontend.per_request_ms=-1",)),
+    "eager_launch_negative": C("backend.eager_launch_us=-1",
+                               expect=("backend.eager_launch_us=-1",)),
     "cuda_graph_max_bs_zero": C("backend.cuda_graph_max_bs=0",
                                 expect=("backend.cuda_graph_max_bs=0",)),
     # ---- scheduler

@@ -59,7 +59,7 @@ ARCHS = {
 
 
 def cost(m: ModelConfig, tp: int = 1, kv_bytes: int = 2, **kw) -> RooflineCostModel:
-    return RooflineCostModel(m, H100, tp, kv_bytes, EFF, 0.0, 0.0, **kw)
+    return RooflineCostModel(m, H100, tp, kv_bytes, EFF, **kw)
 
 
 def ops(model: RooflineCostModel, n, c) -> dict:

@@ -52,7 +52,7 @@ def test_cost_model_prices_decode_at_its_group(heads, kv_heads):
     dec = eff.attention_decode
     dec = replace(dec, memory=Eta(dec.memory.scale, dec.memory.terms + (G,)))
     eff = replace(eff, attention_decode=dec)
-    model = RooflineCostModel(_model(heads, kv_heads), H100, 1, 2, eff, 0.0, 0.0)
+    model = RooflineCostModel(_model(heads, kv_heads), H100, 1, 2, eff)
     ctx = np.array([1000, 3000, 50])
     for op in model.breakdown(np.ones(3, int), ctx):
         if op.name == "attn_decode":

@@ -15,6 +15,7 @@ from sim.config import (
     check_parallelism,
 )
 from sim.config.parallel import pipeline_stage_layers
+from sim.cost.host import HostCosts
 from sim.cost.layout import LayerCounts, stage_layer_counts
 from sim.cost.operators import comm_time
 from sim.cost.pipeline import bubble_fraction, makespan
@@ -38,7 +39,7 @@ def tiny(**kw) -> ModelConfig:
 
 
 def cost(m: ModelConfig, tp: int = 1, pp: int = 1, ep: int = 1) -> RooflineCostModel:
-    return RooflineCostModel(m, H100, tp, 2, EFF, 1e-4, 1e-6, pp=pp, ep=ep)
+    return RooflineCostModel(m, H100, tp, 2, EFF, HostCosts(1e-4, 1e-6), pp=pp, ep=ep)
 
 
 def ops(model, n, c) -> dict:

@@ -161,7 +161,7 @@ def _model(dtype: str) -> ModelConfig:
 
 
 def _cost(m: ModelConfig, eff: Efficiency, hw: HardwareConfig):
-    return RooflineCostModel(m, hw, 1, 2, eff, 0.0, 0.0)
+    return RooflineCostModel(m, hw, 1, 2, eff)
 
 
 def _ops(model) -> dict:

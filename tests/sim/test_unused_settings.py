@@ -46,6 +46,8 @@ def test_shipped_options_set_nothing_they_do_not_read(compose_cfg, option):
                                      "not disaggregated"),
     (["cluster=disagg", "cluster.replicas=4"], "cluster.replicas=4 is ignored: the cluster is "
                                                 "disaggregated"),
+    (["backend.eager_launch_us=20"], "backend.eager_launch_us=20.0 is ignored: "
+                                     "backend.enforce_eager=false"),
 ])
 def test_a_setting_the_run_does_not_read_is_named(compose_cfg, overrides, expected):
     lines = unused_settings(compose_cfg(*overrides))

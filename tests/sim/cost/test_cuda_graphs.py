@@ -54,4 +54,4 @@ def test_async_scheduling_hides_host_time_under_the_gpu(compose_cfg):
         max(0.0, a.host_s - gpu))
     long = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=100",
                                               "backend.async_scheduling=true")))
-    assert long.step_cost(n, c).time_s == pytest.approx(0.1 + 64 * long.host_per_seq_s)
+    assert long.step_cost(n, c).time_s == pytest.approx(0.1 + 64 * long.host.per_seq_s)

@@ -299,6 +299,21 @@ def test_async_scheduling_is_the_same_in_both_engines(tiny_config, requests):
     assert_same_records(*both_engines(cfg, req))
 
 
+@pytest.mark.parametrize("kv", [{}, {"num_blocks": 40}], ids=["roomy", "recompute"])
+def test_host_costs_are_the_same_in_both_engines(tiny_config, requests, kv):
+    """Per-step host time by sequences, new requests and scheduled tokens (``sim.cost.host``),
+    also when recompute preemption restarts prompts."""
+    cfg = tiny_config("vllm", roofline=True, max_seqs=6, budget=128, **kv)
+    cfg.cost_model = replace(cfg.cost_model, host_overhead_ms=0.4,
+                             host_overhead_per_seq_us=20.0,
+                             host_overhead_per_new_request_us=300.0,
+                             host_overhead_per_token_us=2.0)
+    req = workload(requests, np.random.default_rng(3), 80, cfg.scheduler.max_model_len)
+    a, b = both_engines(cfg, req)
+    assert_same_records(a, b)
+    assert (a.timeline["host_s"] > 0.4e-3 + 20e-6).all()
+
+
 @pytest.mark.parametrize("replicas", [1, 3])
 @pytest.mark.parametrize("case", ["burst", "closed_loop", "streaming_only", "latency_only"])
 def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, replicas):
@@ -335,3 +350,20 @@ def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, repli
     if case == "burst" and replicas == 1:  # FIFO behind streaming, never faster than alone
         alone = np.cumsum(2e-3 + 15e-6 * r["input_tokens"]) + 1e-3
         assert (r["engine_arrival_s"].to_numpy() >= alone.to_numpy() - 1e-12).all()
+
+
+def test_a_source_change_drops_the_numba_cache(tmp_path):
+    """Numba keys a cached function by its own file only; the package drops its cache when any
+    of its sources changed, so a kernel inlining an edited helper is recompiled."""
+    from sim.compiled import drop_stale_numba_cache
+
+    (tmp_path / "kernel.py").write_text("x = 1\n")
+    (tmp_path / "helper.py").write_text("y = 1\n")
+    drop_stale_numba_cache(tmp_path)
+    entry = tmp_path / "__pycache__" / "kernel.run-1.py311.nbi"
+    entry.write_bytes(b"cached")
+    drop_stale_numba_cache(tmp_path)
+    assert entry.exists()  # same sources: kept
+    (tmp_path / "helper.py").write_text("y = 2\n")
+    drop_stale_numba_cache(tmp_path)
+    assert not entry.exists()

@@ -1,0 +1,64 @@
+"""LLM steps under ``backend.enforce_eager``: the host dispatches every kernel
+(``sim.cost.eager``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from sim import simulate
+from sim.builders import build_cost_model, plain
+from sim.cost.eager import calibrated_eager_costs
+
+EAGER = ("backend.enforce_eager=true",)
+
+
+def test_a_launch_bound_step_takes_its_launches(compose_cfg):
+    """At 1 ms per launch every step is launch-bound: GPU work is hidden behind dispatch."""
+    m = build_cost_model(plain(compose_cfg(*EAGER, "backend.eager_launch_us=1000")))
+    n, c = np.ones(4, int), np.full(4, 500)
+    step = m.step_cost(n, c)
+    kernels = m.kernel_launches(False, True)
+    assert kernels > m.model.num_hidden_layers  # several kernels per layer
+    sched = m.host.time(4, 0, 4)
+    assert step.time_s == pytest.approx(sched + kernels * 1e-3)
+    ops = m.breakdown(n, c)
+    assert sum(op.time_s for op in ops) == pytest.approx(step.time_s)
+    assert {op.name for op in ops if op.bound == "host"} == {"eager.host_dispatch",
+                                                              "host_overhead"}
+    window = m.decode_window(c, 3)
+    assert window[0] == pytest.approx(np.full(3, step.time_s))
+
+
+def test_a_gpu_bound_step_hides_its_launches(compose_cfg):
+    graphs = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=0.2")))
+    eager = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=0.2", *EAGER,
+                                               "backend.eager_launch_us=0.01")))
+    n, c = np.array([4096]), np.array([0])
+    assert eager.step_cost(n, c).time_s == pytest.approx(graphs.step_cost(n, c).time_s)
+
+
+def test_the_launch_time_is_the_calibrated_dispatch_time(compose_cfg):
+    m = build_cost_model(plain(compose_cfg(*EAGER)))
+    assert m.eager_launch_s == pytest.approx(calibrated_eager_costs("h100_sxm")["launch_us"]
+                                             * 1e-6)
+    assert build_cost_model(plain(compose_cfg())).eager_launch_s == 0.0
+
+
+def test_a_calibration_without_eager_costs_warns(compose_cfg):
+    cfg = compose_cfg(*EAGER, "hardware=a100_80g_sxm")
+    assert not calibrated_eager_costs(cfg.hardware.calibration)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        from sim.cost.eager import warn_uncalibrated
+        warn_uncalibrated.cache_clear()
+        assert build_cost_model(plain(cfg)).eager_launch_s == 0.0
+    assert any("enforce_eager" in str(w.message) for w in seen)
+
+
+def test_eager_runs_on_the_reference_engine(compose_cfg, requests_for):
+    cfg = compose_cfg("workload.num_requests=10", *EAGER)
+    rec = simulate(cfg, requests_for(cfg))
+    assert rec.meta["engine"] == "python (enforce_eager (kernel launches))"
