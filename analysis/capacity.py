@@ -43,7 +43,7 @@ from scenarios import WorkloadError, requests_for_seed
 from sim.app import register_configs
 from sim.errors import ConfigError, ctrl_c_exits
 from sim.preflight import one_line
-from sim.validation import validate_config
+from sim.validation import MAX_REPLICAS, validate_config
 
 log = logging.getLogger("capacity")
 
@@ -147,9 +147,15 @@ def plan_periods(cfg, ev: Evaluator, rate1: float) -> list[dict]:
     sample = requests_for_seed(cfg.workload, int(cfg.capacity.search.seeds[0]))
     tokens = float((sample["input_tokens"] + sample["output_tokens"]).mean())
     out_tokens = float(sample["output_tokens"].mean())
+    peaks = peak_rates(f.peak_rate, f.growth_per_month, f.horizon_months, f.growth)
+    need = math.ceil(float(peaks.max()) / rate1 - 1e-9)
+    if need > MAX_REPLICAS:
+        raise ConfigError("capacity.forecast.peak_rate", f.peak_rate,
+                          f"a forecast that at most {MAX_REPLICAS:,} replicas (cluster.replicas' "
+                          f"limit) of {rate1:.4g} req/s serve; its busiest hour "
+                          f"({float(peaks.max()):.4g} req/s, with its growth) needs {need:,}")
     periods = []
-    for month, peak in enumerate(peak_rates(f.peak_rate, f.growth_per_month,
-                                            f.horizon_months, f.growth)):
+    for month, peak in enumerate(peaks):
         estimate = max(1, math.ceil(peak / rate1 - 1e-9))
         row = {"month": month, "peak_rate": float(peak), "estimate": estimate}
         if v.enabled:

@@ -16,6 +16,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from analysis.config import slo_is_set
+from analysis.inputs import output_dir
 from analysis.steady import LATENCIES, STATS
 from sim.app import Config
 from sim.errors import ConfigError
@@ -24,6 +25,10 @@ from sim.preflight import expand_model_path, one_line
 # SLO metrics and their direction: latencies are upper bounds, attainment a lower bound
 UPPER_BOUNDED = tuple(f"{s}_{n}" for n in LATENCIES for s, _ in STATS)
 LOWER_BOUNDED = ("slo_attainment",)
+MAX_HORIZON_MONTHS = 1200
+# the busiest hour of any month: far above what 10,000 replicas (cluster.replicas' limit)
+# serve, and low enough that its day's tokens and costs stay finite floats
+MAX_PEAK_RATE = 1e9
 # a typical interactive service's hourly traffic, relative to its busiest hour (00:00 first)
 DIURNAL = [0.35, 0.28, 0.24, 0.22, 0.22, 0.26, 0.35, 0.5, 0.66, 0.8, 0.9, 0.96,
            0.98, 1.0, 1.0, 0.98, 0.95, 0.92, 0.88, 0.84, 0.78, 0.68, 0.55, 0.44]
@@ -153,13 +158,17 @@ def check_capacity(c, workload, slo) -> None:
         raise ConfigError("capacity.search.max_simulations", s.max_simulations, "must be >= 2")
     if not s.seeds:
         raise ConfigError("capacity.search.seeds", list(s.seeds), "at least one seed")
+    if any(seed < 0 for seed in s.seeds):
+        raise ConfigError("capacity.search.seeds", list(s.seeds), "each an integer >= 0 "
+                          "(a seed of the simulations' random streams)")
     if s.warmup != "auto":
         try:
-            ok = float(s.warmup) >= 0
+            ok = math.isfinite(float(s.warmup)) and float(s.warmup) >= 0
         except ValueError:
             ok = False
         if not ok:
-            raise ConfigError("capacity.search.warmup", s.warmup, "auto or seconds >= 0")
+            raise ConfigError("capacity.search.warmup", s.warmup,
+                              "auto or a finite number of seconds >= 0")
     if not 0 < s.min_throughput_ratio <= 1:
         raise ConfigError("capacity.search.min_throughput_ratio", s.min_throughput_ratio,
                           "a fraction in (0, 1]")
@@ -172,8 +181,9 @@ def check_capacity(c, workload, slo) -> None:
 def check_forecast(f) -> None:
     """A forecast whose traffic stays positive over the whole horizon."""
     _positive("capacity.forecast.peak_rate", f.peak_rate)
-    if f.horizon_months < 1:
-        raise ConfigError("capacity.forecast.horizon_months", f.horizon_months, "must be >= 1")
+    if not 1 <= f.horizon_months <= MAX_HORIZON_MONTHS:
+        raise ConfigError("capacity.forecast.horizon_months", f.horizon_months,
+                          f"must be in [1, {MAX_HORIZON_MONTHS}] (months, each one planned)")
     if f.growth not in ("compound", "linear"):
         raise ConfigError("capacity.forecast.growth", f.growth, "compound or linear")
     g, last = float(f.growth_per_month), f.horizon_months - 1
@@ -188,10 +198,29 @@ def check_forecast(f) -> None:
                           f"traffic reaches zero or below at month {zero} of the "
                           f"{f.horizon_months}-month horizon (linear growth); shorten "
                           "capacity.forecast.horizon_months or raise the growth")
+    check_forecast_peak(f)
     d = list(f.diurnal)
     if len(d) != 24 or any(not math.isfinite(float(x)) or x < 0 for x in d) or max(d) <= 0:
         raise ConfigError("capacity.forecast.diurnal", d,
                           "24 hourly weights >= 0, at least one > 0")
+
+
+def check_forecast_peak(f) -> None:
+    """The busiest hour of the horizon's last month stays at most ``MAX_PEAK_RATE`` (so no
+    compounding overflows), computed in logarithms."""
+    g, last = float(f.growth_per_month), f.horizon_months - 1
+    growth = math.log1p(g) * last if f.growth == "compound" else math.log1p(g * last)
+    log_peak = math.log10(f.peak_rate) + growth / math.log(10)
+    if log_peak <= math.log10(MAX_PEAK_RATE):
+        return
+    if f.peak_rate > MAX_PEAK_RATE:
+        raise ConfigError("capacity.forecast.peak_rate", f.peak_rate,
+                          f"must be at most {MAX_PEAK_RATE:.0e} req/s")
+    raise ConfigError("capacity.forecast.growth_per_month", g,
+                      f"{f.growth} growth from capacity.forecast.peak_rate={f.peak_rate:g} "
+                      f"reaches about 1e{log_peak:.0f} req/s by month {last}; at most "
+                      f"{MAX_PEAK_RATE:.0e} req/s: lower the growth or shorten "
+                      "capacity.forecast.horizon_months")
 
 
 def preflight(argv: list[str]) -> None:
@@ -200,6 +229,7 @@ def preflight(argv: list[str]) -> None:
     if any(a.startswith("-") for a in argv):
         return  # --help, --cfg, -m: Hydra's own
     overrides = [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    run_dir = [a for a in argv if a.lstrip("+~").startswith("hydra.run.dir=")]
     try:
         for a in overrides:
             key, _, value = a.lstrip("+~").partition("=")
@@ -209,7 +239,9 @@ def preflight(argv: list[str]) -> None:
                                   f"{list(UPPER_BOUNDED + LOWER_BOUNDED)}")
         overrides = expand_model_path(overrides)
         with initialize_config_module("conf", version_base=None):
-            compose("capacity", overrides=overrides)
+            cfg = compose("capacity", overrides=[*overrides, *run_dir],
+                          return_hydra_config=True)
+        output_dir(cfg.hydra.run.dir, "hydra.run.dir")
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

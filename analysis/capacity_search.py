@@ -19,7 +19,8 @@ import numpy as np
 from omegaconf import open_dict
 
 from analysis.capacity_config import LOWER_BOUNDED
-from analysis.steady import steady_metrics, warmup_cut
+from analysis.inputs import check_warmup
+from analysis.steady import steady_metrics, throughput_ratio, warmup_cut
 from scenarios import requests_for_seed
 from sim.engine import simulate
 
@@ -67,22 +68,6 @@ def judge(metrics: dict, slo: dict, min_throughput_ratio: float,
     return not missed, missed, worst
 
 
-def throughput_ratio(requests, cut_s: float) -> float:
-    """Completions over admitted arrivals in the window from the warm-up cut (or a quarter
-    of the arrival span, if later) to the last arrival: about 1 when the deployment keeps
-    up (as many requests are in the system at both ends), about capacity / rate when it
-    cannot."""
-    req = requests[requests["status"] != "rejected"]
-    if not len(req):
-        return float("nan")
-    first, end = float(req["arrival_s"].min()), float(req["arrival_s"].max())
-    start = max(cut_s, first + 0.25 * (end - first))
-    arrived = int(((req["arrival_s"] >= start) & (req["arrival_s"] <= end)).sum())
-    completed = req[req["status"] == "completed"]  # a failed request ends without finishing
-    done = int(((completed["completion_s"] >= start) & (completed["completion_s"] <= end)).sum())
-    return done / arrived if arrived else float("nan")
-
-
 def _mean(values: list[float]) -> float:
     """Mean of the finite values (NaN when none: e.g. TPOT of one-token outputs)."""
     v = np.asarray(values, float)
@@ -121,6 +106,10 @@ class Evaluator:
             cfg.seed = seed
             req = simulate(cfg, requests_for_seed(cfg.workload, seed)).requests
             cut = warmup_cut(req, self.warmup)
+            if self.warmup != "auto":
+                check_warmup(req, cut.cut_s, "capacity.search.warmup", self.warmup,
+                             f"the simulation at {rate:.4g} req/s on {replicas} replica(s), "
+                             f"seed {seed}")
             m = steady_metrics(req, cut.cut_s, cfg.slo)
             m["throughput_ratio"] = throughput_ratio(req, cut.cut_s)
             m["warmup_dropped"] = cut.dropped

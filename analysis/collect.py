@@ -21,35 +21,32 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
+from analysis.inputs import output_dir, read_json, read_yaml
 from analysis.report import FAILED_JSON, SUMMARY_JSON, atomic_write
+from analysis.sweep_jobs import last_sweep_dirs
 from sim.errors import ConfigError
 
 SUMMARY_STEM = "sweep_summary"
 BASE_COLUMNS = ("job", "dir", "status", "error")
 NOT_FINISHED = "no summary.json or failed.json: the job did not finish"
-BOOKKEEPING = ("outputs", "config_sha256")  # summary.json keys that are not metrics
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _read_yaml(path: Path) -> Any:
-    with open(path) as f:
-        return yaml.load(f, Loader=_Loader)
+BOOKKEEPING = ("outputs", "config_sha256", "pending_outputs")  # summary.json keys, not metrics
 
 
 def _job_dirs(root: Path) -> list[Path]:
-    return sorted({p.parent.parent for p in root.rglob(".hydra/overrides.yaml")})
+    """The job folders of the last sweep run into ``root`` (never an earlier sweep's)."""
+    dirs = sorted({p.parent.parent for p in root.rglob(".hydra/overrides.yaml")})
+    return last_sweep_dirs(root, dirs, _job_number)
 
 
 def _job_number(job_dir: Path) -> int | None:
     """Hydra's ``hydra.job.num`` of the job (its folder name when that is not recorded)."""
     try:
-        num = _read_yaml(job_dir / ".hydra" / "hydra.yaml")["hydra"]["job"]["num"]
-        return int(num)
-    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        doc = read_yaml(job_dir / ".hydra" / "hydra.yaml", "hydra.yaml", "Hydra's job record")
+        return int(doc["hydra"]["job"]["num"])
+    except (ConfigError, KeyError, TypeError, ValueError):
         return int(job_dir.name) if job_dir.name.isdigit() else None
 
 
@@ -86,19 +83,16 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def read_job(job_dir: Path, root: Path) -> tuple[dict, dict, dict]:
-    """One job's (base columns, overrides, flattened metrics)."""
-    overrides = _read_yaml(job_dir / ".hydra" / "overrides.yaml") or []
+    """One job's (base columns, overrides, flattened metrics); a file of the job that is
+    there but unreadable or of the wrong shape is a ``ConfigError`` naming it."""
+    overrides = read_yaml(job_dir / ".hydra" / "overrides.yaml", "overrides.yaml",
+                          "a Hydra job's overrides (a YAML list)", list)
     summary_path, failed_path = job_dir / SUMMARY_JSON, job_dir / FAILED_JSON
-    summary = _read_json(summary_path) if summary_path.exists() else None
-    failed = _read_json(failed_path) if failed_path.exists() else None
+    summary = (read_json(summary_path, SUMMARY_JSON, "a run's summary (a JSON object)")
+               if summary_path.exists() else None)
+    failed = (read_json(failed_path, FAILED_JSON, "a failed job's error (a JSON object)")
+              if failed_path.exists() else None)
     # a rerun into the same folder may leave both: the newer file tells how the job ended
     if summary is not None and failed is not None:
         if failed_path.stat().st_mtime >= summary_path.stat().st_mtime:
@@ -212,6 +206,7 @@ def write_sweep_summary(path: str | Path) -> Path:
     ``path`` (atomically); returns the parquet file's path."""
     root = Path(path)
     table = collect_sweep(root)
+    output_dir(root, "DIR")
     parquet, csv = root / f"{SUMMARY_STEM}.parquet", root / f"{SUMMARY_STEM}.csv"
     atomic_write(parquet, lambda p: table.to_parquet(p, index=False))
     atomic_write(csv, lambda p: table.to_csv(p, index=False))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,8 @@ from analysis.compare_tables import (
     mark_unsettled,
     metric_column,
 )
+from analysis.config import check_slo
+from analysis.inputs import check_warmup, fields_of, output_dir, read_parquet, read_yaml
 from analysis.report import write_json, write_text
 from analysis.stats import LEVEL
 from analysis.steady import (
@@ -48,6 +51,9 @@ DEFAULT_METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_
 OPTIONS = {"factor": "scheduler", "metrics": None, "warmup": "auto", "baseline": None,
            "correction": "holm", "min_effect": "0.01", "plots": "true"}
 NOT_GROUPS = ("job", "dir", "status", "error", "seed")
+# what the steady-state metrics read of a run's requests.parquet
+REQUEST_COLUMNS = ("request_id", "arrival_s", "first_scheduled_s", "first_token_s",
+                   "completion_s", "input_tokens", "generated_tokens", "status")
 
 
 def parse_args(argv: list[str]) -> tuple[Path, dict]:
@@ -110,16 +116,38 @@ def load_jobs(root: Path, factor: str) -> tuple[pd.DataFrame, list[str]]:
         raise ConfigError("DIR", str(root), "a sweep with at least one finished job")
     ok["design"] = ok[factor].astype(str)
     ok["seed"] = ok["seed"] if "seed" in ok else 0
-    rates, gpus = [], []
-    for d in ok["dir"]:
-        cfg = OmegaConf.load(root / d / ".hydra" / "config.yaml")
-        rates.append(float(cfg.workload.rate) if cfg.workload.arrival != "trace" else np.nan)
-        gpus.append(gpus_of(cfg))
-    ok["rate"], ok["gpus"] = rates, gpus
+    settings = [job_settings(root / d) for d in ok["dir"]]
+    ok["rate"], ok["gpus"] = [s[0] for s in settings], [s[1] for s in settings]
     ok.attrs["total_jobs"] = len(table)
     groups = [c for c in _override_columns(table) if c not in (factor, "seed", "workload.rate")]
     groups = [c for c in groups if ok[c].astype(str).nunique() > 1]
     return ok.reset_index(drop=True), ["rate", *groups]
+
+
+def job_settings(job_dir: Path) -> tuple[float, int, Any]:
+    """What the comparison reads of a job's resolved config (``.hydra/config.yaml``): its
+    rate (NaN for a trace), its GPUs and its SLO."""
+    path = job_dir / ".hydra" / "config.yaml"
+    what = "the resolved config of a python -m sim run (a YAML mapping)"
+    doc = read_yaml(path, "config.yaml", what)
+    with fields_of(path, "config.yaml", what):
+        cfg = OmegaConf.create(doc)
+        rate = float(cfg.workload.rate) if cfg.workload.arrival != "trace" else np.nan
+        slo = cfg.get("slo")
+        if slo is not None:
+            check_slo(slo)
+        return rate, gpus_of(cfg), slo
+
+
+def job_requests(job_dir: Path) -> pd.DataFrame:
+    """A finished job's ``requests.parquet``, with the columns the steady-state metrics read
+    and at least one completed request."""
+    path = job_dir / "requests.parquet"
+    what = "a run's request table (parquet) with at least one completed request"
+    requests = read_parquet(path, "requests.parquet", what, REQUEST_COLUMNS)
+    if not (requests["status"] == "completed").any():
+        raise ConfigError("requests.parquet", str(path), f"{what}; none is completed")
+    return requests
 
 
 def _override_columns(table: pd.DataFrame) -> list[str]:
@@ -135,7 +163,7 @@ def steady_table(jobs: pd.DataFrame, root: Path, groups: list[str], warmup) -> t
     reqs = {}
     cuts = []
     for i, row in jobs.iterrows():
-        r = pd.read_parquet(root / row["dir"] / "requests.parquet")
+        r = job_requests(root / row["dir"])
         reqs[i] = r
         w = warmup_cut(r, warmup)
         cuts.append((w.dropped, w.cut_s, w.settled, w.rule))
@@ -145,8 +173,9 @@ def steady_table(jobs: pd.DataFrame, root: Path, groups: list[str], warmup) -> t
     jobs["cut_s"] = rep
     rows, lat = [], {}
     for i, row in jobs.iterrows():
-        cfg = OmegaConf.load(root / row["dir"] / ".hydra" / "config.yaml")
-        m = steady_metrics(reqs[i], row["cut_s"], cfg.get("slo"))
+        if warmup != "auto":
+            check_warmup(reqs[i], row["cut_s"], "warmup", warmup, f"job {row['dir']}")
+        m = steady_metrics(reqs[i], row["cut_s"], job_settings(root / row["dir"])[2])
         m["output_throughput_per_gpu"] = m["output_throughput"] / row["gpus"]
         rows.append(m)
         lat[i] = latencies(reqs[i][reqs[i]["arrival_s"] >= row["cut_s"]])
@@ -159,6 +188,7 @@ def compare(root: Path, opts: dict) -> dict:
     from analysis.compare_plots import write_compare_plots
     from analysis.report_md import compare_markdown
 
+    output_dir(root, "DIR")
     jobs, groups = load_jobs(root, str(opts["factor"]))
     total = jobs.attrs["total_jobs"]
     designs = list(dict.fromkeys(jobs.sort_values("job")["design"]))

@@ -97,17 +97,29 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.array(keep[::-1], dtype=int)
 
 
-def plot_pareto(jobs: pd.DataFrame, path: Path, palette: dict) -> None:
+def _label_rates(ax, pts: pd.DataFrame, palette: dict) -> None:
+    """Each point's request rate (req/s) in small text beside it, in its line's colour; a
+    trace replay's points (no rate) unlabelled."""
+    for _, p in pts[pts["rate"].notna()].iterrows():
+        ax.annotate(f"{p['rate']:g}", (p["steady.median_tps"],
+                                       p["steady.output_throughput_per_gpu"]),
+                    xytext=(4, 3), textcoords="offset points", fontsize=7,
+                    color=palette[p["label"]])
+
+
+def pareto_figure(jobs: pd.DataFrame, palette: dict) -> Figure:
     """Output tokens/s per GPU vs tokens/s per user (1000 / TPOT, median over requests),
-    one point per design and rate (mean over seeds), and the Pareto front of all of them."""
-    pts = (jobs.groupby(["label", "rate"], sort=True)
-           [["steady.median_tps", "steady.output_throughput_per_gpu"]].mean().reset_index())
-    pts = pts.dropna()
+    one point per design and rate (mean over seeds) labelled with its rate, and the Pareto
+    front of all of them."""
+    metrics = ["steady.median_tps", "steady.output_throughput_per_gpu"]
+    pts = (jobs.groupby(["label", "rate"], sort=True, dropna=False)[metrics].mean()
+           .reset_index().dropna(subset=metrics))
     fig = Figure(figsize=(7, 5))
     ax = fig.subplots()
     for label, p in pts.groupby("label", sort=False):
         ax.plot(p["steady.median_tps"], p["steady.output_throughput_per_gpu"], marker="o",
                 ms=4, color=palette[label], label=label, linewidth=0.8)
+    _label_rates(ax, pts, palette)
     if len(pts):
         f = pareto_front(pts["steady.median_tps"].to_numpy(),
                          pts["steady.output_throughput_per_gpu"].to_numpy())
@@ -116,10 +128,15 @@ def plot_pareto(jobs: pd.DataFrame, path: Path, palette: dict) -> None:
                 where="pre", color="black", linewidth=1.2, alpha=0.6, label="Pareto front")
     ax.set_xlabel("tokens/s per user (p50 of 1000 / TPOT)")
     ax.set_ylabel("output tokens/s per GPU")
-    ax.set_title("throughput per GPU vs interactivity (points: request rates)")
+    ax.set_title("throughput per GPU vs interactivity (labels: request rate, req/s)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_figure(fig, path, dpi=110)
+    return fig
+
+
+def plot_pareto(jobs: pd.DataFrame, path: Path, palette: dict) -> None:
+    """``pareto_figure`` as a PNG."""
+    save_figure(pareto_figure(jobs, palette), path, dpi=110)
 
 
 def plot_ecdfs(jobs: pd.DataFrame, lat: dict, path: Path, palette: dict) -> None:

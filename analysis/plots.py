@@ -1,6 +1,8 @@
 """Seaborn plots of one run: latency ECDFs, the engine over time, and what bound its steps.
 
-Each PNG is written atomically (``analysis.report.save_figure``).
+Each PNG is written atomically (``analysis.report.save_figure``). What was run (model, GPU,
+scheduler, load, SLO) comes from the run's config, by default the one Hydra saved beside the
+outputs (``run_config``).
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import seaborn as sns
+import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from analysis.metrics import kv_usage, per_request_latencies, step_rows
 from analysis.report import save_figure
@@ -19,6 +24,74 @@ from sim.cost.base import BOUNDS
 from sim.records import Records
 
 MAX_POINTS = 2000
+SLO_COLOUR = "#d62728"
+# the latency ECDF panels: per-request column (also the name of its ``slo`` bound) and title
+LATENCY_PANELS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2el_ms", "E2E latency"))
+
+
+def run_config(outdir: Path) -> DictConfig | None:
+    """The run's config as Hydra saved it beside the outputs (``.hydra/config.yaml``); None
+    where there is none (a run outside Hydra, ``hydra.output_subdir=null``) or it is not a
+    readable YAML mapping: the plots are then drawn without what it tells."""
+    try:
+        cfg = OmegaConf.load(Path(outdir) / ".hydra" / "config.yaml")
+    except (OSError, yaml.YAMLError):
+        return None
+    return cfg if isinstance(cfg, DictConfig) else None
+
+
+def setting(cfg: DictConfig | None, key: str):
+    """The value at dotted ``key`` of ``cfg``; None where it or ``cfg`` is missing."""
+    if cfg is None:
+        return None
+    try:
+        return OmegaConf.select(cfg, key, default=None)
+    except OmegaConfBaseException:  # an interpolation that only resolves inside the run
+        return None
+
+
+def number_text(x: float) -> str:
+    """``x`` in at most four digits, with a decimal point: 5.0, 0.35, 12.5."""
+    text = f"{float(x):.4g}"
+    return text if any(c in text for c in ".e") else f"{text}.0"
+
+
+def offered_load(cfg: DictConfig | None, unit: str) -> str | None:
+    """How the run's traffic arrives, for a title: the rate in ``unit`` (open loop),
+    ``concurrency=N`` (closed loop) or ``trace NAME`` (replay, with its time scale)."""
+    arrival = setting(cfg, "workload.arrival")
+    if arrival == "closed_loop":
+        return f"concurrency={setting(cfg, 'workload.concurrency')}"
+    if arrival == "trace":
+        name = Path(str(setting(cfg, "workload.trace_path") or "")).name
+        scale = setting(cfg, "workload.time_scale")
+        return f"trace {name}" + (f" (gaps ×{scale:g})" if scale not in (None, 1) else "")
+    rate = setting(cfg, "workload.rate")
+    return None if rate is None else f"{number_text(rate)} {unit}"
+
+
+def title_of(what: str | None, gpu: str | None, *details: str | None) -> str:
+    """The title "WHAT on GPU, DETAIL, ...", without the parts that are unknown."""
+    head = " on ".join(str(v) for v in (what, gpu) if v)
+    return ", ".join(str(p) for p in (head, *details) if p)
+
+
+def run_title(cfg: DictConfig | None) -> str:
+    """What an LLM run simulated, e.g. "llama3_8b on h100_sxm, scheduler=vllm, 5.0 req/s"
+    (sessions/s for multi-turn sessions); "" without a config."""
+    if cfg is None:
+        return ""
+    unit = "sessions/s" if setting(cfg, "workload.multi_turn.enabled") else "req/s"
+    scheduler = setting(cfg, "scheduler.name")
+    return title_of(setting(cfg, "model.name"), setting(cfg, "hardware.name"),
+                    scheduler and f"scheduler={scheduler}", offered_load(cfg, unit))
+
+
+def mark_bound(ax, value: float, unit: str = "ms") -> None:
+    """A dashed vertical line at an SLO bound on ``ax``, labelled with its value."""
+    ax.axvline(value, color=SLO_COLOUR, linestyle="--", linewidth=1)
+    ax.text(value, 0.02, f"SLO {value:g} {unit} ", transform=ax.get_xaxis_transform(),
+            rotation=90, ha="right", va="bottom", fontsize=8, color=SLO_COLOUR)
 
 
 def _binned(tl: pd.DataFrame, columns: list[str], points: int = MAX_POINTS) -> pd.DataFrame:
@@ -37,22 +110,33 @@ def _binned(tl: pd.DataFrame, columns: list[str], points: int = MAX_POINTS) -> p
     return pd.DataFrame(out)[keep]
 
 
-def plot_latency_ecdfs(records: Records, path: Path) -> None:
-    """ECDFs of TTFT and TPOT over completed requests."""
+def latency_ecdf_figure(records: Records, cfg: DictConfig | None = None) -> Figure:
+    """ECDFs of TTFT, TPOT and end-to-end latency over completed requests, each with its
+    ``cfg.slo`` bound where set, under a title saying what ``cfg`` ran."""
     lat = per_request_latencies(records.requests)
-    fig = Figure(figsize=(10, 4))
-    axes = fig.subplots(1, 2)
-    for ax, col, title in ((axes[0], "ttft_ms", "TTFT"), (axes[1], "tpot_ms", "TPOT")):
+    fig = Figure(figsize=(14, 4.3))
+    for ax, (col, name) in zip(fig.subplots(1, 3), LATENCY_PANELS, strict=True):
         data = lat[col].dropna()
         if len(data):
             sns.ecdfplot(x=data, ax=ax)
             if data.min() > 0 and data.max() / data.min() > 20:
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(f"{title} (ms)")
-        ax.set_title(f"{title} ECDF")
+        bound = setting(cfg, f"slo.{col}")
+        if bound is not None:
+            mark_bound(ax, float(bound))
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_title(f"{name} ECDF")
+    title = run_title(cfg)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
-    save_figure(fig, path, dpi=110)
+    return fig
+
+
+def plot_latency_ecdfs(records: Records, path: Path, cfg: DictConfig | None = None) -> None:
+    """``latency_ecdf_figure`` as a PNG."""
+    save_figure(latency_ecdf_figure(records, cfg), path, dpi=110)
 
 
 def queue_by_class(requests: pd.DataFrame, times: np.ndarray) -> pd.DataFrame:
@@ -138,14 +222,16 @@ def plot_bound_share(records: Records, path: Path) -> None:
     save_figure(fig, path, dpi=110)
 
 
-def write_plots(records: Records, outdir: Path) -> list[Path]:
-    """All plots of one run into ``outdir``; returns their paths."""
+def write_plots(records: Records, outdir: Path, cfg: DictConfig | None = None) -> list[Path]:
+    """All plots of one run into ``outdir``; returns their paths. ``cfg``: the run's config
+    (None: ``run_config(outdir)``)."""
     outdir = Path(outdir)
+    cfg = cfg if cfg is not None else run_config(outdir)
     paths = [outdir / "latency_ecdf.png", outdir / "timeline.png", outdir / "bound_share.png"]
     has_steps = len(step_rows(records.timeline)) > 0
     if not has_steps and "step_totals" not in records.meta:
         return []
-    plot_latency_ecdfs(records, paths[0])
+    plot_latency_ecdfs(records, paths[0], cfg)
     if not has_steps:  # ``timeline: false``: no per-step rows to draw
         return paths[:1]
     plot_timeline(records, paths[1])

@@ -1,9 +1,11 @@
 """Write a run's files (parquet, plots, summary.json) atomically and print its summary table.
 
 Every file is written to a temp name in its folder and renamed over the target, so an
-interrupted run never leaves a truncated file under a real name. ``summary.json`` is written
-last and lists the files it completes: a run folder is complete (``run_is_complete``) when it
-says ``"partial": false`` and each file it lists exists.
+interrupted run never leaves a truncated file under a real name; a file that cannot be
+written (a full disk, a read-only folder) raises ``sim.errors.OutputError`` naming it.
+``summary.json`` is written after the tables and lists the files it completes, again after
+the plots: a run folder is complete (``run_is_complete``) when it says ``"partial": false``,
+has no ``pending_outputs`` and each file it lists exists.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sim.cost.base import BOUNDS
+from sim.errors import OutputError
 from sim.records import Records
 
 KINDS = ("step", "kv_transfer")  # codes of the timeline's ``kind`` column
@@ -37,16 +40,33 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     gets the temp file's name and writes the whole file there. The file gets the mode a
     plain write would give it (the umask's, or the mode of the file it replaces)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise OutputError(path, e) from e
     os.close(fd)
     try:
         write(tmp)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_UMASK
         os.chmod(tmp, mode)  # mkstemp made it private (0600)
         os.replace(tmp, path)
+    except OutputError:
+        raise
+    except OSError as e:
+        raise OutputError(path, e) from e
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def make_folder(folder: Path) -> Path:
+    """``folder``, created with its parents if missing (``OutputError`` if it cannot be)."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(folder, e) from e
+    return folder
 
 
 def json_safe(v):
@@ -88,8 +108,7 @@ def write_tables(records: Records, outdir: Path) -> list[Path]:
     """``requests.parquet`` and ``timeline.parquet`` into ``outdir``; returns their paths.
     A run that kept step totals only (``timeline: false``) has no ``timeline.parquet``: one
     left in ``outdir`` by an earlier run is removed."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
+    outdir = make_folder(outdir)
     paths = [outdir / "requests.parquet", outdir / "timeline.parquet"]
     atomic_write(paths[0], lambda p: records.requests.to_parquet(p, index=False))
     if "step_totals" in records.meta:
@@ -106,24 +125,49 @@ def write_tables(records: Records, outdir: Path) -> list[Path]:
 def write_job_tables(records, outdir: Path) -> list[Path]:
     """``jobs.parquet`` and ``nodes.parquet`` of a diffusion run (``DiffusionRecords``) into
     ``outdir``; returns their paths."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
+    outdir = make_folder(outdir)
     paths = [outdir / "jobs.parquet", outdir / "nodes.parquet"]
     atomic_write(paths[0], lambda p: records.jobs.to_parquet(p, index=False))
     atomic_write(paths[1], lambda p: records.nodes.to_parquet(p, index=False))
     return paths
 
 
-def write_summary(summary: dict, outdir: Path, outputs: list[Path]) -> Path:
+def write_summary(summary: dict, outdir: Path, outputs: list[Path],
+                  pending: list[str] | tuple = ()) -> Path:
     """``summary.json`` into ``outdir``, with ``outputs`` (the run's other files, written
-    before it) listed by name relative to ``outdir``; ``partial`` is false unless the summary
-    says otherwise. Call it last: it is the run's completion marker."""
+    before it) listed by name relative to ``outdir`` and ``pending`` the outputs still to
+    come (``["plots"]``: the metrics are final, the plots not yet drawn); ``partial`` is
+    false unless the summary says otherwise. Write it after the files it lists: it is the
+    run's completion marker once nothing is pending."""
     outdir = Path(outdir)
     doc = {**summary, "partial": bool(summary.get("partial", False)),
+           "pending_outputs": list(pending),
            "outputs": [Path(os.path.relpath(p, outdir)).as_posix() for p in outputs]}
     path = outdir / SUMMARY_JSON
     write_json(path, doc)
     return path
+
+
+RUN_FILES = ("requests.parquet", "timeline.parquet", "jobs.parquet", "nodes.parquet",
+             FAILED_JSON, "report.md")  # what a run may leave besides the files it lists
+
+
+def clear_run(outdir: Path) -> None:
+    """Remove an earlier run's outputs from ``outdir`` before a new run writes there (a
+    ``resume=true`` rerun, a sweep job run again): ``summary.json`` first, so the folder is
+    never taken for complete meanwhile, then every file it listed and ``RUN_FILES``; the
+    new run's files are never left beside the old one's."""
+    outdir = Path(outdir)
+    try:
+        listed = json.loads((outdir / SUMMARY_JSON).read_text()).get("outputs", [])
+    except (OSError, ValueError, AttributeError):
+        listed = []
+    names = [n for n in listed if isinstance(n, str) and n == Path(n).name]  # its own files
+    for name in dict.fromkeys([SUMMARY_JSON, *names, *RUN_FILES]):
+        try:
+            (outdir / name).unlink(missing_ok=True)
+        except OSError as e:
+            raise OutputError(outdir / name, e) from e
 
 
 def write_run(records: Records, summary: dict, outdir: Path) -> list[Path]:
@@ -135,13 +179,16 @@ def write_run(records: Records, summary: dict, outdir: Path) -> list[Path]:
 
 def run_is_complete(outdir: Path) -> bool:
     """Whether ``outdir`` holds a complete run: a readable ``summary.json`` with
-    ``"partial": false`` whose every listed output exists (``failed.json`` absent)."""
+    ``"partial": false``, no ``pending_outputs``, whose every listed output exists
+    (``failed.json`` absent)."""
     outdir = Path(outdir)
     try:
         doc = json.loads((outdir / SUMMARY_JSON).read_text())
     except (OSError, ValueError):
         return False
     if not isinstance(doc, dict) or doc.get("partial") is not False:
+        return False
+    if doc.get("pending_outputs"):  # e.g. Ctrl-C while drawing the plots
         return False
     outputs = doc.get("outputs")
     if not isinstance(outputs, list):
@@ -150,12 +197,36 @@ def run_is_complete(outdir: Path) -> bool:
             and all((outdir / str(name)).is_file() for name in outputs))
 
 
+def _load_rows(s: dict, unit: str, prefix: str = "") -> list[tuple[str, object]]:
+    """The offered rate and the steady-state verdict (``analysis.steady.Load``) as rows."""
+    closed = ", closed loop" if s.get(f"{prefix}closed_loop") else ""
+    steady = ("yes" if s.get(f"{prefix}steady") else
+              "no: OVERLOADED" if s.get(f"{prefix}overloaded") else "no")
+    return [(f"Offered rate ({unit}/s{closed})", s.get(f"{prefix}offered_rate", math.nan)),
+            ("Steady state", steady)]
+
+
+def _reason_rows(label: str, reasons: dict | None) -> list[tuple[str, object]]:
+    """One indented row per reason, e.g. ``  rejected: exceeds_max_model_len``."""
+    return [(f"  {label}: {r}", n) for r, n in sorted((reasons or {}).items())]
+
+
+def reasons_text(count: int, what: str, reasons: dict | None) -> str:
+    """``20 rejected (exceeds_max_model_len: 20)``: a count with its reasons."""
+    by = ", ".join(f"{r}: {n}" for r, n in sorted((reasons or {}).items()))
+    return f"{count} {what}" + (f" ({by})" if by else "")
+
+
 def format_summary(s: dict) -> str:
-    """A vLLM-benchmark-style table of the main metrics."""
+    """A vLLM-benchmark-style table of the main metrics, after the run's load verdict (its
+    first line: steady, not steady or OVERLOADED)."""
     rows = [
+        *_load_rows(s, "req"),
         ("Completed requests", s["completed"]),
         ("Rejected requests", s["rejected"]),
+        *_reason_rows("rejected", s.get("rejected_reasons")),
         ("Failed requests", s.get("failed", 0)),
+        *_reason_rows("failed", s.get("failed_reasons")),
     ]
     if s.get("partial"):
         rows += [("Unfinished requests (interrupted)", s.get("unfinished", 0)),
@@ -207,12 +278,14 @@ def format_summary(s: dict) -> str:
                  (f"[{name}] Mean TPOT (ms)", c["mean_tpot_ms"])]
         if "ttft_slo_attainment" in c:
             rows.append((f"[{name}] TTFT SLO attainment", c["ttft_slo_attainment"]))
-    return _table(" Serving Benchmark Result (simulated) ", rows)
+    return _table(" Serving Benchmark Result (simulated) ", rows, s.get("load_verdict"))
 
 
-def _table(title: str, rows: list[tuple[str, object]]) -> str:
-    """``vllm bench serve``-style table: a centred title rule, label/value lines, a rule."""
-    lines = ["{s:{c}^60}".format(s=title, c="=")]
+def _table(title: str, rows: list[tuple[str, object]], first: str | None = None) -> str:
+    """``vllm bench serve``-style table: ``first`` (a line above it), a centred title rule,
+    label/value lines, a rule."""
+    lines = [first] if first else []
+    lines.append("{s:{c}^60}".format(s=title, c="="))
     for label, v in rows:
         val = f"{v:.2f}" if isinstance(v, float) else str(v)
         lines.append(f"{label:<44}{val:>16}")
@@ -222,8 +295,11 @@ def _table(title: str, rows: list[tuple[str, object]]) -> str:
 
 def format_job_summary(s: dict) -> str:
     """The main diffusion metrics as a table like ``format_summary``'s."""
-    rows = [("Completed jobs", s["jobs_completed"]), ("Rejected jobs", s["jobs_rejected"]),
-            ("Failed jobs", s["jobs_failed"])]
+    rows = [*_load_rows(s, "jobs", "jobs_"),
+            ("Completed jobs", s["jobs_completed"]), ("Rejected jobs", s["jobs_rejected"]),
+            *_reason_rows("rejected", s.get("jobs_rejected_reasons")),
+            ("Failed jobs", s["jobs_failed"]),
+            *_reason_rows("failed", s.get("jobs_failed_reasons"))]
     if s.get("partial"):
         rows.append(("Unfinished jobs (interrupted)", s.get("jobs_unfinished", 0)))
     rows += [("Duration (s)", s["jobs_duration_s"]), ("Jobs per hour", s["jobs_per_hour"]),
@@ -239,7 +315,7 @@ def format_job_summary(s: dict) -> str:
     if s.get("num_node_failures"):
         rows += [("Node failures", s["num_node_failures"]),
                  ("Node availability", s["node_availability"])]
-    return _table(" Diffusion Serving Result (simulated) ", rows)
+    return _table(" Diffusion Serving Result (simulated) ", rows, s.get("jobs_load_verdict"))
 
 
 if __name__ == "__main__":  # python -m analysis.report DIR: the Markdown report of DIR

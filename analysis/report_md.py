@@ -5,17 +5,17 @@ plots of whatever DIR holds: a capacity plan (``capacity.json``), a design compa
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from analysis.inputs import fields_of, output_dir, read_json
 from analysis.report import write_text
 from analysis.verdict import fmt, fmt_pm, metric_label, metric_unit, setting_text
 from sim.errors import ConfigError
 
-RUN_METRICS = ("completed", "rejected", "request_throughput", "output_throughput",
+RUN_METRICS = ("offered_rate", "completed", "rejected", "request_throughput", "output_throughput",
                "request_goodput", "slo_attainment", "median_ttft_ms", "p99_ttft_ms",
                "median_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "mean_e2el_ms",
                "mean_batch_size", "mean_kv_usage", "num_preemptions")
@@ -36,20 +36,33 @@ def _images(root: Path, names) -> list[str]:
     return [f"![{n}]({n})" for n in names if (root / n).exists()]
 
 
+def _run_plots(s: dict) -> list[str]:
+    """The plots a run's ``summary.json`` lists as its own (never one an earlier run left)."""
+    outputs = s.get("outputs")
+    return [n for n in outputs if isinstance(n, str) and n.endswith(".png")] if isinstance(
+        outputs, list) else []
+
+
 def run_markdown(root: Path) -> str:
-    """One run: its configuration choices, the main metrics and its plots."""
-    s = json.loads((root / "summary.json").read_text())
+    """One run: its configuration choices, its load verdict (steady, not steady or
+    OVERLOADED), the main metrics and its plots."""
+    s = read_json(root / "summary.json", "summary.json", "a run's summary (a JSON object)")
     head = ", ".join(f"{k} `{s[k]}`" for k in ("model", "hardware", "backend", "scheduler",
                                                "workload", "seed") if k in s)
     rows = [[metric_label(k), s[k], metric_unit(k)] for k in RUN_METRICS
             if isinstance(s.get(k), (int, float))]
     out = [f"# Simulation run: {root.name}", "", head, ""]
+    verdicts = [s.get("load_verdict"), s.get("jobs_load_verdict")]  # a mixed run has two
+    for v in dict.fromkeys(v for v in verdicts if isinstance(v, str)):
+        out += [f"**{v}**", ""]
     if s.get("partial"):
         out += [f"**Partial run**: stopped by Ctrl-C at {s.get('interrupted_at_sim_s')} "
                 f"simulated s with {s.get('unfinished')} requests unfinished; the metrics "
                 "count the requests that ended.", ""]
     out += [md_table(["metric", "value", "unit"], rows), ""]
-    out += _images(root, ("latency_ecdf.png", "timeline.png", "bound_share.png"))
+    if s.get("pending_outputs"):
+        out += [f"Not written: {', '.join(map(str, s['pending_outputs']))} (interrupted).", ""]
+    out += _images(root, _run_plots(s))
     out += ["", "Every metric is defined in docs/metrics.md; all metrics of the run are in "
             "`summary.json`."]
     return "\n".join(out) + "\n"
@@ -141,16 +154,27 @@ def _significance(row: dict) -> str:
     return "yes, negligible" if row.get("negligible") else "yes"
 
 
+def _document_markdown(path: Path, what: str, markdown) -> str:
+    """``markdown`` of the JSON object in ``path``; a field it lacks or cannot read names
+    the file."""
+    doc = read_json(path, path.name, what)
+    with fields_of(path, path.name, what):
+        return markdown(doc)
+
+
 def write_report(root: Path) -> Path:
     """Write ``root/report.md`` for whatever ``root`` holds; returns its path."""
     root = Path(root)
     if not root.is_dir():
         raise ConfigError("DIR", str(root), "an existing output directory")
+    output_dir(root, "DIR")
     if (root / "capacity.json").exists():
         from analysis.capacity_report import capacity_markdown
-        text = capacity_markdown(json.loads((root / "capacity.json").read_text()))
+        text = _document_markdown(root / "capacity.json", "a capacity plan of python -m "
+                                  "analysis.capacity (a JSON object)", capacity_markdown)
     elif (root / "compare.json").exists():
-        text = compare_markdown(json.loads((root / "compare.json").read_text()))
+        text = _document_markdown(root / "compare.json", "a comparison of python -m "
+                                  "analysis.compare (a JSON object)", compare_markdown)
     elif any(root.glob("*/.hydra/overrides.yaml")):
         text = sweep_markdown(root)
     elif (root / "summary.json").exists():

@@ -6,10 +6,16 @@ system's steady state. ``warmup_cut`` orders completed requests by arrival and a
 (``analysis.stats.mser``) to their TTFTs; ``steady_metrics`` then measures only the requests
 that arrived at or after the cut. Only the start is trimmed: an open-loop run's last requests
 still compete with every request that arrived before them.
+
+``request_load`` and ``job_load`` give one run's verdict on its load from the same warm-up:
+the rate offered, the rate served, whether the latency settled and whether arrivals were
+served as fast as they came (``throughput_ratio`` after the warm-up); a run that is
+not keeping up is overloaded, and its latencies grow with the run's length.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +23,7 @@ import pandas as pd
 
 from analysis.config import slo_is_set
 from analysis.metrics import meets_slo, per_request_latencies, value_stats
-from analysis.stats import mser
+from analysis.stats import MSER_BATCH, mser
 
 LATENCIES = ("ttft_ms", "tpot_ms", "e2el_ms", "wait_ms")
 STATS = (("mean", None), ("median", 50), ("p90", 90), ("p99", 99))
@@ -60,9 +66,48 @@ def warmup_cut(requests: pd.DataFrame, warmup: str | float = "auto") -> WarmUp:
         n = int((requests["arrival_s"] < cut).sum())
         return WarmUp(n, cut, True, f"fixed {float(warmup):g} s")
     lat = latencies(requests)
-    t = mser(lat["ttft_ms"].to_numpy())
-    cut = float(lat["arrival_s"].iloc[t.drop]) if t.drop and len(lat) else start
-    return WarmUp(t.drop, cut, t.settled, "MSER-5 on TTFT")
+    return mser_warmup(lat["arrival_s"], lat["ttft_ms"], start, "MSER-5 on TTFT")
+
+
+def mser_warmup(arrival_s: pd.Series, values: pd.Series, start: float, rule: str) -> WarmUp:
+    """MSER-5 on a latency series (one value per request, in arrival order ``arrival_s``):
+    the warm-up it ends, from ``start`` when it drops nothing."""
+    t = mser(values.to_numpy(float))
+    cut = float(arrival_s.iloc[t.drop]) if t.drop and len(arrival_s) else start
+    return WarmUp(t.drop, cut, t.settled, rule)
+
+
+def throughput_ratio(requests: pd.DataFrame, cut_s: float,
+                     served: pd.Series | None = None) -> float:
+    """Completions over admitted arrivals in the window from the warm-up cut (or a quarter
+    of the arrival span, if later) to the last arrival: about 1 when the deployment keeps
+    up (as many requests are in the system at both ends), about capacity / rate when it
+    cannot. ``served`` (per request, when it counts as served; NaN: never) counts another
+    event than the completion, e.g. the first token."""
+    req, start, end = _ratio_window(requests, cut_s)
+    arrived = window_arrivals(requests, cut_s)
+    if not arrived:
+        return float("nan")
+    if served is None:  # a failed request ends without finishing
+        served = req["completion_s"].where(req["status"] == "completed")
+    served = served.loc[req.index]
+    done = int(((served >= start) & (served <= end)).sum())
+    return done / arrived
+
+
+def _ratio_window(requests: pd.DataFrame, cut_s: float) -> tuple[pd.DataFrame, float, float]:
+    """The admitted (not rejected) requests and the window ``throughput_ratio`` counts."""
+    req = requests[requests["status"] != "rejected"]
+    if not len(req):
+        return req, math.nan, math.nan
+    first, end = float(req["arrival_s"].min()), float(req["arrival_s"].max())
+    return req, max(cut_s, first + 0.25 * (end - first)), end
+
+
+def window_arrivals(requests: pd.DataFrame, cut_s: float) -> int:
+    """How many admitted requests arrived in ``throughput_ratio``'s window."""
+    req, start, end = _ratio_window(requests, cut_s)
+    return int(((req["arrival_s"] >= start) & (req["arrival_s"] <= end)).sum())
 
 
 def _latency_stats(lat: pd.DataFrame) -> dict:
@@ -98,3 +143,145 @@ def steady_metrics(requests: pd.DataFrame, cut_s: float, slo=None) -> dict:
         out["request_goodput"] = rate(good)
         out["slo_attainment"] = good / total if total else float("nan")
     return out
+
+
+KEEP_UP = 0.95  # served share of arrivals that keeps up (the capacity search's default bound)
+MIN_SETTLED = 4 * MSER_BATCH  # fewer latencies than MSER's four batches cannot show a trend
+# fewer arrivals after the warm-up leave MSER-5 and the served share to chance (short stable
+# runs of the default chat workload: a quarter of 20-request runs look unsettled)
+MIN_WINDOW = 50
+
+
+@dataclass(frozen=True)
+class Load:
+    """One run's load: what was offered and served, and whether it reached a steady state.
+
+    ``served_share`` is ``throughput_ratio`` on the first token (a job's first start) after
+    the warm-up: the share of arrivals that started being served by the last arrival, which
+    a stable system keeps near 1 even in short runs (a completion would lag by a whole
+    request). ``arrived`` is its sample size; ``judged``: enough requests to tell (at least
+    ``MIN_SETTLED`` latencies and ``MIN_WINDOW`` arrivals after the warm-up); ``clients``
+    the closed-loop clients (0: open loop), whose offered rate is what they sent, each
+    waiting for its response.
+    """
+
+    offered_rate: float
+    served_rate: float
+    served_share: float
+    arrived: int
+    settled: bool
+    judged: bool
+    clients: int
+    unit: str  # of the rates: "req" (req/s) or "jobs" (jobs/s)
+    noun: str  # what arrives: "requests" or "jobs"
+    latency: str
+
+    @property
+    def keeps_up(self) -> bool:
+        """Arrivals were served as they came: ``served_share`` is at least ``KEEP_UP``, less
+        two standard errors of a count of ``arrived`` (short runs are noisy)."""
+        if not self.arrived or not math.isfinite(self.served_share):
+            return True
+        return self.served_share >= KEEP_UP - 2.0 / math.sqrt(self.arrived)
+
+    @property
+    def overloaded(self) -> bool:
+        """Served below offered, so the queue was still growing at the end of the run: by
+        more than a short run's noise, or with the latency still growing (MSER-5 found no
+        steady state, as ``analysis.compare`` reads it) and under ``KEEP_UP`` served."""
+        growing = self.judged and not self.settled and self.served_share < KEEP_UP
+        return not self.keeps_up or growing
+
+    @property
+    def steady(self) -> bool:
+        """The latency settled (MSER-5, on enough requests) and arrivals were served."""
+        return self.settled and self.judged and self.keeps_up
+
+    def offered_text(self) -> str:
+        """The offered rate in words: "5.03 req/s", or a closed loop's with its clients."""
+        rate = f"{_rate(self.offered_rate)} {self.unit}/s"
+        if self.clients:
+            return (f"{rate} (closed loop: what its {self.clients} clients sent, each "
+                    "waiting for its response)")
+        return rate
+
+    def headline(self) -> str:
+        """The line printed before a run's table: steady, not steady or OVERLOADED, why."""
+        rates = (f"offered {self.offered_text()}, served {_rate(self.served_rate)} "
+                 f"{self.unit}/s")
+        if self.overloaded:
+            growing = f"{self.latency} still growing at the end, " if not self.settled else ""
+            return (f"OVERLOADED: {rates}; {growing}only {self.served_share:.0%} of the "
+                    f"{self.noun} arriving after the warm-up served (the queue grows: every "
+                    "latency depends on the run's length)")
+        if not self.judged:
+            return (f"NOT STEADY: {rates}; too few {self.noun} to tell whether "
+                    f"{self.latency} settled ({self.arrived} arrived after the warm-up, "
+                    f"under {MIN_WINDOW})")
+        if not self.settled:
+            return (f"NOT STEADY: {rates}; {self.latency} still changing at the end of the "
+                    "run (MSER-5 found no steady state)")
+        return f"Steady state: {rates}"
+
+    def fields(self, prefix: str = "") -> dict:
+        """The ``summary.json`` fields of the verdict (docs/metrics.md), names prefixed."""
+        d = {"offered_rate": self.offered_rate, "closed_loop": bool(self.clients),
+             "served_share": self.served_share, "latency_settled": self.settled,
+             "steady": self.steady, "overloaded": self.overloaded,
+             "load_verdict": self.headline()}
+        return {f"{prefix}{k}": v for k, v in d.items()}
+
+
+def _rate(x: float) -> str:
+    return f"{x:.2f}" if math.isfinite(x) else "n/a"
+
+
+def _offered_rate(arrival_s: pd.Series) -> float:
+    """Arrivals per second from the first arrival to the last (the inverse mean gap)."""
+    t = arrival_s.dropna()
+    span = float(t.max() - t.min()) if len(t) else 0.0
+    return (len(t) - 1) / span if span > 0 else float("nan")
+
+
+def _load(table: pd.DataFrame, lat: pd.DataFrame, value: str, first_served: pd.Series,
+          served_rate: float, unit: str, noun: str, latency: str) -> Load:
+    """The ``Load`` of a request or job ``table`` (``arrival_s``, ``status``, ``client``,
+    the completion time) whose completed rows' latencies are ``lat[value]`` in arrival
+    order, served from ``first_served``."""
+    start = float(table["arrival_s"].min()) if len(table) else 0.0
+    warm = mser_warmup(lat["arrival_s"], lat[value], start, f"MSER-5 on {latency}")
+    share = throughput_ratio(table, warm.cut_s, first_served)
+    arrived = window_arrivals(table, warm.cut_s)
+    clients = (int(table.loc[table["client"] >= 0, "client"].nunique())
+               if "client" in table else 0)
+    judged = len(lat) >= MIN_SETTLED and arrived >= MIN_WINDOW
+    return Load(_offered_rate(table["arrival_s"]), float(served_rate), share, arrived,
+                bool(warm.settled), judged, clients, unit, noun, latency)
+
+
+def _arrived(table: pd.DataFrame, until: float) -> pd.DataFrame:
+    """The rows that had arrived by ``until`` (an interrupted run's open-loop requests keep
+    the arrival time they were due at; closed-loop ones not yet sent have none)."""
+    return table[table["arrival_s"] <= until]
+
+
+def request_load(requests: pd.DataFrame, served_rate: float,
+                 until: float = math.inf) -> Load:
+    """The load verdict of an LLM run's ``requests.parquet`` rows: TTFT settled, first
+    tokens keep up; ``served_rate`` is its ``request_throughput``, ``until`` the simulated
+    time an interrupted run stopped at."""
+    req = _arrived(requests, until)
+    return _load(req, latencies(req), "ttft_ms", req["first_token_s"], served_rate, "req",
+                 "requests", "TTFT")
+
+
+def job_load(jobs: pd.DataFrame, served_rate: float, until: float = math.inf) -> Load:
+    """The load verdict of a diffusion run's ``jobs.parquet`` rows: job latency settled,
+    first starts keep up; ``served_rate`` is completed jobs per second."""
+    jobs = _arrived(jobs, until)
+    done = jobs[jobs["status"] == "completed"]
+    lat = pd.DataFrame({"arrival_s": done["arrival_s"],
+                        "job_latency_s": done["completion_s"] - done["arrival_s"]})
+    lat = lat.sort_values("arrival_s", kind="stable")
+    return _load(jobs, lat, "job_latency_s", jobs["start_s"], served_rate, "jobs", "jobs",
+                 "job latency")

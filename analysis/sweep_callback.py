@@ -2,7 +2,9 @@
 
 Registered under ``hydra.callbacks`` in ``conf/config.yaml``. Hydra calls
 ``on_multirun_end`` in the launching process once every job has returned, whichever
-launcher ran them (basic, joblib, Ray, submitit), so the table sees every job's folder.
+launcher ran them (basic, joblib, Ray, submitit), so the table sees every job's folder; it
+holds this sweep's jobs only, never the folders an earlier sweep left in the same directory
+(``analysis.sweep_jobs``).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from analysis.inputs import output_dir
 from calibration.config import CONF_DIR, check, register
 from sim.errors import ConfigError
 from sim.preflight import one_line
@@ -28,11 +29,17 @@ def compose_or_exit(overrides: list[str]) -> DictConfig:
     """The composed config; one line and exit code 2 if it does not compose."""
     try:
         with initialize_config_dir(CONF_DIR, version_base=None):
-            cfg = compose("calibration", overrides=overrides)
+            cfg = compose("calibration", overrides=overrides, return_hydra_config=True)
+        output_dir(str(cfg.hydra.run.dir), "hydra.run.dir")
+        OmegaConf.set_struct(cfg, False)
+        del cfg["hydra"]
         OmegaConf.to_container(cfg, throw_on_missing=True)
         return cfg
     except (HydraException, OmegaConfBaseException) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -62,7 +69,8 @@ def run_command(command: str, overrides: list[str]) -> int:
     args = [*overrides, f"command={command}"]
     argv = sys.argv
     try:
-        compose_or_exit([a for a in args if not a.lstrip("+~").startswith(("hydra.", "hydra/"))])
+        compose_or_exit([a for a in args if not a.lstrip("+~").startswith(("hydra.", "hydra/"))
+                         or a.lstrip("+~").startswith("hydra.run.dir=")])
         _ARGS[:] = overrides
         sys.argv = [f"{argv[0]} {command}", *args]
         _main()

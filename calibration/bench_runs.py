@@ -17,15 +17,13 @@ the means), and the measured metrics under the tool's names (``METRICS``).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
+from analysis.inputs import fields_of, read_csv, read_json
 from sim.errors import ConfigError
 
 # vllm bench serve's metric names (ms for latencies, per second for throughputs)
@@ -118,14 +116,10 @@ def read_gpustack(path: str | Path) -> list[BenchRun]:
     """The runs of the gpustack CSV (README of ``../shared/data/gpustack_h100``): one per
     (source block, engine, serve command, lengths, client), its 11 metrics measured."""
     path = Path(path)
-    try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError) as e:
-        raise ConfigError("gpustack_csv", str(path), f"a readable CSV ({e})") from None
-    need = {"source", "engine", "model", "dataset_or_lengths", "input_len", "output_len",
-            "request_rate_or_concurrency", "metric", "value", "notes"}
-    if missing := sorted(need - set(df.columns)):
-        raise ConfigError("gpustack_csv", str(path), f"has no column {missing[0]!r}")
+    df = read_csv(path, "gpustack_csv", "a gpustack benchmark CSV (one row per run and "
+                  "metric)", ("source", "engine", "model", "dataset_or_lengths", "input_len",
+                              "output_len", "request_rate_or_concurrency", "metric", "value",
+                              "notes"))
     keys = ["source", "engine", "model", "dataset_or_lengths", "input_len", "output_len",
             "request_rate_or_concurrency", "notes"]
     runs = []
@@ -167,16 +161,17 @@ def read_gpustack(path: str | Path) -> list[BenchRun]:
 def read_result_file(path: str | Path, backend: str, model_path: str = "") -> BenchRun:
     """A ``vllm bench serve --save-result`` (or SGLang ``bench_serving``) JSON file."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError("results", str(path), f"a readable JSON result file ({e})") from None
-    if not isinstance(doc, dict):
-        raise ConfigError("results", str(path), "a JSON object (a benchmark result)")
+    what = "a vllm bench serve --save-result file (a JSON object)"
+    doc = read_json(path, "results", what)
+    with fields_of(path, "results", what):
+        return _result_run(doc, path, backend, model_path)
+
+
+def _result_run(doc: dict, path: Path, backend: str, model_path: str) -> BenchRun:
+    """The run of one result file's JSON object."""
     for key in ("completed", "total_input_tokens", "total_output_tokens"):
         if not isinstance(doc.get(key), int | float) or doc[key] < 0:
-            raise ConfigError(f"results ({path.name}).{key}", doc.get(key),
-                              "a number >= 0, as vllm bench serve writes it")
+            raise ConfigError(key, doc.get(key), "a number >= 0, as vllm bench serve writes it")
     n = int(doc.get("num_prompts") or doc["completed"])
     completed = max(int(doc["completed"]), 1)
     rate = doc.get("request_rate", "inf")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
+from analysis.inputs import fields_of, read_yaml
 from analysis.report import atomic_write, write_text
 from calibration import data
 from calibration.config import hardware_config
@@ -97,7 +97,10 @@ def run(cfg, outdir: Path) -> dict:
     if str(name).endswith(".yaml"):  # a calibrated file anywhere (e.g. a fit's out=)
         if not Path(name).is_file():
             raise ConfigError("calibration", name, "file not found")
-        eff = Efficiency.from_dict(yaml.safe_load(Path(name).read_text())["parameters"])
+        what = "a calibrated file of python -m calibration fit (a YAML mapping)"
+        doc = read_yaml(name, "calibration", what)
+        with fields_of(name, "calibration", what):
+            eff = Efficiency.from_dict(doc["parameters"])
     else:
         eff, _ = load_calibration(name, cfg.backend, "calibration")
     measured = data.read(cfg)

@@ -14,6 +14,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import conf
+from analysis.inputs import output_dir, output_file
 from sim.config.backend import BACKENDS
 from sim.errors import ConfigError
 from sim.preflight import one_line
@@ -81,6 +82,10 @@ def check(cfg) -> None:
         raise ConfigError("max_train_rows", cfg.max_train_rows, "must be >= 100")
     if cfg.smoothing < 0:
         raise ConfigError("smoothing", cfg.smoothing, "must be >= 0")
+    if cfg.seed < 0:
+        raise ConfigError("seed", cfg.seed, "an integer >= 0")
+    if cfg.out is not None:
+        output_file(cfg.out, "out")
     for f in cfg.families or []:
         if f not in FAMILIES:
             raise ConfigError("families", f, f"each one of {list(FAMILIES)}")
@@ -100,7 +105,7 @@ def compose_command(name: str, schema, overrides: list[str]):
             cfg = compose(name, overrides=overrides, return_hydra_config=True)
     finally:
         repo.update(hidden)
-    outdir = Path(str(cfg.hydra.run.dir))
+    outdir = output_dir(str(cfg.hydra.run.dir), "hydra.run.dir")
     OmegaConf.set_struct(cfg, False)
     del cfg["hydra"]
     OmegaConf.to_container(cfg, throw_on_missing=True)

@@ -31,6 +31,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 from scipy.optimize import least_squares
 
+from analysis.inputs import read_csv
 from calibration.config import command_main, compose_command
 from calibration.silicon_rows import hardware_doc
 from sim.cost.attention_kernels import KernelCurve, kernel_classes_path
@@ -57,13 +58,8 @@ ConfigStore.instance().store(name="base_fit_attention_kernels", node=FitAttentio
 
 def read_kernel_csv(path: str, peak_flops: float) -> pd.DataFrame:
     """One row per (kernel class, head dim, sequence): the non-causal efficiency (module doc)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("csv", path, "not a file")
-    d = pd.read_csv(p)
-    need = {"op", "dtype", "shape_params", "metric", "value"}
-    if not need <= set(d.columns):
-        raise ConfigError("csv", path, f"needs columns {sorted(need)}")
+    d = read_csv(path, "csv", "a kernel benchmark CSV", ("op", "dtype", "shape_params",
+                                                         "metric", "value"))
     d = d[(d["metric"] == "throughput") & d["dtype"].astype(str).str.startswith(("fp16", "bf16"))]
     kernel = d["op"].astype(str).map(lambda op: next((v for k, v in KERNELS.items()
                                                      if op.endswith(k)), None))

@@ -30,7 +30,7 @@ from scipy.optimize import least_squares
 
 from calibration.config import command_main, compose_command
 from calibration.silicon_rows import hardware_doc
-from calibration.validate_diffusion import plan_rows, simulate_rows
+from calibration.validate_diffusion import plan_rows, read_rows, simulate_rows
 from sim.diffusion.execution import execution_path
 from sim.errors import ConfigError
 
@@ -110,9 +110,7 @@ def _errors(p: pd.DataFrame) -> dict:
 def run(cfg, outdir: Path) -> dict:
     """Fit with plans held out, report, refit on every pair, write the file."""
     path = Path(cfg.csv)
-    if not path.is_file():
-        raise ConfigError("csv", cfg.csv, "not a file")
-    table = plan_rows(pd.read_csv(path))
+    table = plan_rows(read_rows(path))
     pairs = pairs_of(table)
     if pairs.empty:
         raise ConfigError("csv", cfg.csv, "no eager/torch.compile pair of one model, GPU and "

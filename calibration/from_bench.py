@@ -22,6 +22,7 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from analysis.inputs import output_file
 from analysis.report import write_text
 from calibration import frontend_fit
 from calibration.bench_replay import error_table, format_error_table
@@ -67,6 +68,8 @@ def check(cfg) -> None:
             raise ConfigError(key, cfg[key], "must be >= 1")
     if cfg.held_out_every < 0:
         raise ConfigError("held_out_every", cfg.held_out_every, "must be >= 0 (0: none)")
+    if cfg.out:
+        output_file(cfg.out, "out")
 
 
 def deployment_overrides(cfg) -> list[str]:

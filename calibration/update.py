@@ -13,8 +13,7 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-import yaml
-
+from analysis.inputs import fields_of, read_yaml
 from calibration.config import FAMILIES
 from calibration.data import Measured
 from sim.errors import ConfigError
@@ -58,8 +57,11 @@ def existing(out: Path, cfg) -> dict:
     """The file an update rewrites; it must exist and describe the same data folder."""
     if not Path(out).is_file():
         raise ConfigError("keep_rest", True, f"an existing calibrated file at {out}")
-    doc = yaml.safe_load(Path(out).read_text())
-    here, there = Path(cfg.data_dir).resolve(), Path(doc["data"]["dir"]).resolve()
+    what = "a calibrated file of python -m calibration fit to update (a YAML mapping)"
+    doc = read_yaml(out, "out", what)
+    with fields_of(out, "out", what):
+        there = Path(doc["data"]["dir"]).resolve()
+    here = Path(cfg.data_dir).resolve()
     if here != there:
         raise ConfigError("data_dir", cfg.data_dir, f"the data folder {out.name} was fitted on "
                           f"({there}) when keep_rest=true")

@@ -57,6 +57,7 @@ from hydra.core.config_store import ConfigStore
 
 import sim.app  # noqa: F401  (registers the simulator's config schemas with Hydra)
 import sim.builders
+from analysis.inputs import read_csv
 from analysis.metrics import per_request_latencies
 from calibration import host_fit
 from calibration.config import SimConfigContext, command_main, compose_command
@@ -106,6 +107,8 @@ ConfigStore.instance().store(name="base_validate", node=ValidateConfig)
 
 # ---- simulation ------------------------------------------------------------
 HARNESSES = ("burst", "ramp", "desync")
+SILICON_COLUMNS = ("id", "backend", "model_path", "mode", "isl", "osl", "silicon_ttft_ms",
+                   "silicon_tpot_ms")
 
 
 class RowSimulator(SimConfigContext):
@@ -288,6 +291,8 @@ def check(cfg) -> None:
         raise ConfigError("held_out_fraction", cfg.held_out_fraction, "must be in (0, 1)")
     if cfg.worst < 0:
         raise ConfigError("worst", cfg.worst, "must be >= 0")
+    if cfg.seed < 0:
+        raise ConfigError("seed", cfg.seed, "an integer >= 0")
     if not cfg.host_keys or not set(cfg.host_keys) <= set(HOST_KEYS):
         raise ConfigError("host_keys", list(cfg.host_keys),
                           f"a non-empty list of {list(HOST_KEYS)}")
@@ -296,10 +301,6 @@ def check(cfg) -> None:
 def select_rows(df: pd.DataFrame, cfg) -> pd.DataFrame:
     """The CSV rows the filters keep (``backend``, ``ids``, ``limit``; ``models`` is applied to
     the plans, since it names conf models rather than CSV values)."""
-    for col in ("id", "backend", "model_path", "mode", "isl", "osl",
-                "silicon_ttft_ms", "silicon_tpot_ms"):
-        if col not in df:
-            raise ConfigError("silicon_csv", cfg.silicon_csv, f"has no column {col!r}")
     if cfg.backend is not None:
         df = df[df["backend"] == cfg.backend]
     if cfg.ids is not None:
@@ -310,7 +311,9 @@ def select_rows(df: pd.DataFrame, cfg) -> pd.DataFrame:
 def run(cfg, outdir: Path) -> dict:
     """Plan, optionally fit the host overheads, simulate, report and write; the json document."""
     t0 = time.perf_counter()
-    rows = select_rows(pd.read_csv(cfg.silicon_csv), cfg)
+    rows = select_rows(read_csv(cfg.silicon_csv, "silicon_csv", "a silicon benchmark CSV "
+                                "(aiconfigurator's silicon_sample layout)", SILICON_COLUMNS),
+                       cfg)
     plans = plan_rows(rows, cfg.hardware, list(cfg.models) if cfg.models else None)
     if cfg.limit is not None:
         plans = plans.head(cfg.limit).reset_index(drop=True)

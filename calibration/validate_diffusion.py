@@ -38,6 +38,7 @@ from omegaconf import MISSING
 
 import conf
 import sim.app  # noqa: F401  (registers the simulator's config schemas with Hydra)
+from analysis.inputs import read_csv
 from analysis.report import atomic_write, write_text
 from calibration.config import SimConfigContext, command_main, compose_command
 from sim.builders import plain
@@ -47,6 +48,7 @@ from sim.diffusion.plans import parse_plan
 from sim.errors import ConfigError
 
 MODES = {"pytorch eager": "eager", "torch.compile": "compiled"}
+CSV_COLUMNS = ("model", "gpu", "num_gpus", "parallel_config", "resolution", "steps", "value")
 
 
 @dataclass
@@ -228,17 +230,17 @@ def _md(df: pd.DataFrame, digits: int = 1) -> str:
     return "\n".join(lines)
 
 
+def read_rows(path: Path) -> pd.DataFrame:
+    """The rows of a ``csv=`` file in ``xdit_dev.csv``'s layout."""
+    return read_csv(path, "csv", "a diffusion benchmark CSV (xdit_dev.csv's layout)",
+                    CSV_COLUMNS)
+
+
 def run(cfg, outdir: Path) -> dict:
     """Map, simulate, print, write."""
     t0 = time.perf_counter()
     path = Path(cfg.csv)
-    if not path.is_file():
-        raise ConfigError("csv", cfg.csv, "not a file")
-    rows = pd.read_csv(path)
-    need = {"model", "gpu", "num_gpus", "parallel_config", "resolution", "steps", "value"}
-    if not need <= set(rows.columns):
-        raise ConfigError("csv", cfg.csv, f"needs columns {sorted(need)}")
-    table = simulate_rows(plan_rows(rows), cfg)
+    table = simulate_rows(plan_rows(read_rows(path)), cfg)
     done = table[table["reason"] == ""]
     shown = done[["model", "hardware", "plan", "execution", "width", "height", "frames",
                   "steps", "meas_s", "pred_s", "err_pct"]]

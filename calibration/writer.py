@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from analysis.inputs import fields_of, read_yaml
 from analysis.report import write_text
 from calibration.data import Measured
 
@@ -55,8 +56,10 @@ def write(doc: dict, out: Path) -> None:
     out = Path(out)
     host = NEW_HOST
     if out.is_file():
-        old = yaml.safe_load(out.read_text()) or {}
-        host = old.get("host") or NEW_HOST
+        what = "a calibrated file to rewrite (a YAML mapping)"
+        old = read_yaml(out, "out", what)
+        with fields_of(out, "out", what):
+            host = old.get("host") or NEW_HOST
     out.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.dump({**doc, "host": host}, Dumper=_Dumper, sort_keys=False, width=100,
                      allow_unicode=True)

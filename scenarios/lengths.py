@@ -13,6 +13,8 @@ import pandas as pd
 from scipy import stats
 
 from scenarios.errors import WorkloadError
+from scenarios.input_file import read_input_file
+from scenarios.trace_formats import csv_header, read_csv_columns
 
 
 def _lognorm(mu: float, sigma: float):
@@ -59,32 +61,29 @@ def sample_truncated_lognormal(
 
 
 def read_length_column(path: str, column: str, field: str) -> np.ndarray:
-    """Read one integer column (all values >= 1) of a CSV, for empirical resampling.
+    """Read one integer column (all values >= 1) of a CSV, for empirical resampling (the file
+    read once, by content: ``scenarios.input_file``).
 
     Any problem (missing file or column, empty, non-numeric, non-integer or < 1 values) raises
     one ``WorkloadError`` naming ``field`` (the config path of ``path``).
     """
+    src = read_input_file(path, field)
     try:
-        header = pd.read_csv(path, nrows=0).columns
-    except FileNotFoundError:
-        raise WorkloadError(field, path, "file not found") from None
-    except (OSError, ValueError, pd.errors.ParserError) as e:
+        header = csv_header(src)
+        # as text: messages quote the cell as written
+        raw = read_csv_columns(src, [column])[column] if column in header else None
+    except (ValueError, pd.errors.ParserError) as e:  # UnicodeDecodeError included
         raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
-    if column not in header:
-        raise WorkloadError(field, path, f"missing column {column!r} (has {list(header)})")
-    raw = pd.read_csv(path, usecols=[column], dtype=str)[column]  # messages quote the text
+    if raw is None:
+        raise WorkloadError(field, path, f"missing column {column!r} (has {header})")
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
     if values.size == 0:
         raise WorkloadError(field, path, f"column {column!r} has no rows")
     bad = ~np.isfinite(values) | (values != np.floor(values)) | (values < 1)
     if bad.any():
         i = int(np.argmax(bad))
-        raise WorkloadError(
-            field,
-            path,
-            f"column {column!r} row {i} (line {i + 2}) is "
-            f"{raw.iloc[i]!r}; lengths must be integers >= 1",
-        )
+        raise WorkloadError(field, path, f"column {column!r} {src.row(raw.index[i])} is "
+                            f"{raw.iloc[i]!r}; lengths must be integers >= 1")
     return values.astype(np.int64)
 
 

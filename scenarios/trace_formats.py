@@ -1,7 +1,8 @@
 """The trace layouts ``read_trace`` accepts as published, besides its own CSV.
 
-Each layout is recognised from its columns (a JSON-lines file from its first character) and
-mapped onto the common columns ``arrival_time_s``, ``input_tokens``, ``output_tokens`` (and
+Each layout is recognised from its columns (a JSON-lines file from its first character; the
+file as ``scenarios.input_file`` reads it: decompressed, byte-order mark dropped) and mapped
+onto the common columns ``arrival_time_s``, ``input_tokens``, ``output_tokens`` (and
 ``hash_ids``); ``read_trace`` reads the layout's columns under the file's own names, so an error
 about a value names the column a user sees in the file:
 
@@ -25,12 +26,15 @@ Diffusion job traces (``read_job_trace``) have layouts of their own (``JOB_LAYOU
 from __future__ import annotations
 
 import json
+import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from scenarios.errors import WorkloadError
+from scenarios.input_file import InputFile
 
 COMMON = ("arrival_time_s", "input_tokens", "output_tokens")
 
@@ -110,20 +114,27 @@ def csv_layout(header: list[str], path: str, field: str) -> Layout:
                         f"{list(MOONCAKE_KEYS)}")
 
 
-def read_csv_columns(path: str, layout: Layout, header: list[str], field: str) -> pd.DataFrame:
-    """The layout's columns as strings (``hash_ids`` too when present), arrival still in
-    the file's unit: the caller converts (``arrival_seconds``) and validates."""
+def csv_header(src: InputFile) -> list[str]:
+    """The column names of a CSV file."""
+    return list(pd.read_csv(src.buffer(), nrows=0, encoding="utf-8-sig").columns)
+
+
+def read_csv_columns(src: InputFile, columns: list[str]) -> pd.DataFrame:
+    """``columns`` of a CSV file as strings (an empty cell: NaN), indexed by data row; the
+    caller converts and validates them, so a message can quote the cell as written."""
+    return pd.read_csv(src.buffer(), usecols=columns, dtype=str, keep_default_na=False,
+                       na_values=[""], encoding="utf-8-sig")
+
+
+def layout_columns(layout: Layout, header: list[str]) -> list[str]:
+    """The columns of ``layout`` to read (``hash_ids`` too when the file has it)."""
     cols = [layout.arrival, layout.input, layout.output]
     if layout.hash_ids and layout.hash_ids in header:
         cols.append(layout.hash_ids)
-    try:
-        return pd.read_csv(path, usecols=cols, dtype=str, keep_default_na=False,
-                           na_values=[""])
-    except (OSError, ValueError, pd.errors.ParserError) as e:
-        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
+    return cols
 
 
-def arrival_seconds(raw: pd.Series, layout: Layout, path: str, field: str) -> pd.Series:
+def arrival_seconds(raw: pd.Series, layout: Layout, src: InputFile, field: str) -> pd.Series:
     """Arrival times in seconds (a date-time column becomes seconds after its first row);
     named like the file's column."""
     if layout.arrival != "TIMESTAMP":
@@ -132,48 +143,65 @@ def arrival_seconds(raw: pd.Series, layout: Layout, path: str, field: str) -> pd
     bad = stamps.isna().to_numpy()
     if bad.any():
         i = int(np.argmax(bad))
-        raise WorkloadError(field, path, f"column 'TIMESTAMP' row {i} (line {i + 2}) is "
+        raise WorkloadError(field, src.path, f"column 'TIMESTAMP' {src.row(raw.index[i])} is "
                             f"{raw.iloc[i]!r}; expected a date-time")
     return ((stamps - stamps.iloc[0]).dt.total_seconds()).rename(raw.name)
 
 
-def is_json_lines(path: str) -> bool:
-    """Whether the file's first non-blank character opens a JSON object."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if line.strip():
-                return line.lstrip().startswith("{")
-    return False
+def _json_record(line: str, n: int, path: str, field: str) -> object:
+    """Line ``n`` of a JSON-lines file, parsed; what Python's parser cannot read is one
+    ``WorkloadError`` naming the line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise WorkloadError(field, path, f"line {n} is not JSON ({e.msg})") from None
+    except RecursionError:
+        raise WorkloadError(field, path, f"line {n} is nested too deeply for Python's JSON "
+                            "parser") from None
+    except ValueError:  # the only other error of json.loads: Python's cap on integer digits
+        raise WorkloadError(field, path, f"line {n} holds an integer of more than "
+                            f"{sys.get_int_max_str_digits()} digits (Python's parser "
+                            "limit)") from None
 
 
-def read_mooncake_jsonl(path: str, field: str) -> tuple[pd.DataFrame, Layout]:
-    """Mooncake's JSON lines as a frame of its keys (``timestamp`` already in seconds,
-    ``hash_ids`` space-separated, as in a CSV), and its layout."""
+def _json_number(rec: dict, key: str, n: int, path: str, field: str) -> float | int:
+    """``rec[key]``, a JSON number (text, true/false or null is refused, naming line ``n``);
+    an integer beyond the float range (JSON sets none) becomes infinite, which the range
+    checks then refuse as not finite."""
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise WorkloadError(field, path, f"line {n}: {key!r} is {json.dumps(v)[:40]}; "
+                            "expected a JSON number")
+    try:
+        float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+    return v
+
+
+def read_mooncake_jsonl(src: InputFile, field: str) -> tuple[pd.DataFrame, Layout]:
+    """Mooncake's JSON lines as a frame of its keys, one row per line that is not blank
+    (``timestamp`` already in seconds, ``hash_ids`` space-separated, as in a CSV), and its
+    layout."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise WorkloadError(field, path, f"line {n} is not JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or any(k not in rec for k in MOONCAKE_KEYS):
-                raise WorkloadError(field, path, f"line {n} lacks one of the Mooncake keys "
-                                    f"{list(MOONCAKE_KEYS)}: {line.strip()[:80]!r}")
-            ids = rec.get("hash_ids") or []
-            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-                raise WorkloadError(field, path, f"line {n}: 'hash_ids' is {ids!r}; expected "
-                                    "a list of integers")
-            rows.append((rec["timestamp"], rec["input_length"], rec["output_length"],
-                         tuple(ids)))
+    for n, line in enumerate(src.text(), start=1):
+        if not line.strip():
+            continue
+        rec = _json_record(line, n, src.path, field)
+        if not isinstance(rec, dict) or any(k not in rec for k in MOONCAKE_KEYS):
+            raise WorkloadError(field, src.path, f"line {n} lacks one of the Mooncake keys "
+                                f"{list(MOONCAKE_KEYS)}: {line.strip()[:80]!r}")
+        ids = rec.get("hash_ids") or []
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            raise WorkloadError(field, src.path, f"line {n}: 'hash_ids' is {ids!r}; expected "
+                                "a list of integers")
+        rows.append((*(_json_number(rec, k, n, src.path, field) for k in MOONCAKE_KEYS),
+                     tuple(ids)))
     if not rows:
-        raise WorkloadError(field, path, "the trace has no rows")
+        raise WorkloadError(field, src.path, "the trace has no rows")
     t, i, o, h = zip(*rows, strict=True)
-    ms = pd.to_numeric(pd.Series(t, dtype=object), errors="coerce")
-    # milliseconds to seconds; a value that is not a number stays, for the error to quote it
-    seconds = pd.Series(t, dtype=object).where(ms.isna(), ms / 1e3)
-    frame = pd.DataFrame({"timestamp": seconds, "input_length": pd.Series(i, dtype=object),
+    frame = pd.DataFrame({"timestamp": np.asarray(t, dtype=float) / 1e3,  # ms to seconds
+                          "input_length": pd.Series(i, dtype=object),
                           "output_length": pd.Series(o, dtype=object),
                           "hash_ids": [" ".join(map(str, ids)) for ids in h]})
     return frame, MOONCAKE

@@ -4,8 +4,9 @@ Format (see ``shared/traces/README.md``): columns ``arrival_time_s`` (float seco
 ``input_tokens`` and ``output_tokens`` (non-negative ints), optional ``hash_ids`` (space-separated
 ints: prefix-block hashes, Mooncake style); other columns are ignored. The published layouts of
 the Azure, BurstGPT, Vidur and Mooncake traces are read as they are
-(``scenarios.trace_formats``). Every problem raises one ``WorkloadError`` naming the config
-field of the path and what is wrong, with the first bad row.
+(``scenarios.trace_formats``). The file is read once, by content (``scenarios.input_file``:
+compressed or not, from a pipe too). Every problem raises one ``WorkloadError`` naming the
+config field of the path and what is wrong, with the first bad row and its line in the file.
 
 Diffusion job traces (``read_job_trace``: the Alibaba GenTD26 layout) are read the same way
 into ``arrival_time_s``, ``steps`` and ``images``.
@@ -20,11 +21,13 @@ import numpy as np
 import pandas as pd
 
 from scenarios.errors import WorkloadError
+from scenarios.input_file import InputFile, read_input_file
 from scenarios.trace_formats import (
     arrival_seconds,
+    csv_header,
     csv_layout,
-    is_json_lines,
     job_csv_layout,
+    layout_columns,
     read_csv_columns,
     read_mooncake_jsonl,
 )
@@ -40,73 +43,69 @@ MAX_TIME_S = 1e9
 
 
 @contextmanager
-def _reading(path: str, field: str) -> Iterator[None]:
-    """Read a trace file: a missing or unreadable file becomes one ``WorkloadError`` naming
-    the workload field (a ``WorkloadError`` of a layout reader passes as it is)."""
+def _parsing(src: InputFile, field: str) -> Iterator[None]:
+    """Parse a trace file: what pandas or the text decoder cannot read becomes one
+    ``WorkloadError`` naming the workload field (a ``WorkloadError`` of a layout reader
+    passes as it is)."""
     try:
         yield
     except WorkloadError:
         raise
-    except FileNotFoundError:
-        raise WorkloadError(field, path, "file not found") from None
-    except (OSError, ValueError, pd.errors.ParserError) as e:  # UnicodeDecodeError included
-        raise WorkloadError(field, path, f"cannot read as CSV ({e})") from None
-
-def _row(i: int) -> str:
-    i = int(i)
-    return f"row {i} (line {i + 2})"
+    except (ValueError, pd.errors.ParserError) as e:  # UnicodeDecodeError included
+        kind = "JSON lines" if src.is_json_lines else "CSV"
+        raise WorkloadError(field, src.path, f"cannot read as {kind} ({e})") from None
 
 
-def _numeric(raw: pd.Series, path: str, field: str) -> np.ndarray:
+def _numeric(raw: pd.Series, src: InputFile, field: str) -> np.ndarray:
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(values)
     if bad.any():
         i = int(np.argmax(bad))
         raise WorkloadError(
             field,
-            path,
-            f"column {raw.name!r} {_row(raw.index[i])} is {raw.iloc[i]!r}; expected a finite "
-            "number",
+            src.path,
+            f"column {raw.name!r} {src.row(raw.index[i])} is {raw.iloc[i]!r}; expected a "
+            "finite number",
         )
     return values
 
 
-def _in_range(values: np.ndarray, raw: pd.Series, path: str, field: str, bad: np.ndarray,
+def _in_range(values: np.ndarray, raw: pd.Series, src: InputFile, field: str, bad: np.ndarray,
               expected: str) -> None:
     if bad.any():
         i = int(np.argmax(bad))
-        raise WorkloadError(field, path, f"column {raw.name!r} {_row(raw.index[i])} is "
+        raise WorkloadError(field, src.path, f"column {raw.name!r} {src.row(raw.index[i])} is "
                             f"{raw.iloc[i]!r}; {expected}")
 
 
-def _lengths(raw: pd.Series, path: str, field: str) -> np.ndarray:
-    values = _numeric(raw, path, field)
-    _in_range(values, raw, path, field, (values < 0) | (values != np.floor(values)),
+def _lengths(raw: pd.Series, src: InputFile, field: str) -> np.ndarray:
+    values = _numeric(raw, src, field)
+    _in_range(values, raw, src, field, (values < 0) | (values != np.floor(values)),
               "token lengths must be non-negative integers")
-    _in_range(values, raw, path, field, values > MAX_TOKENS,
+    _in_range(values, raw, src, field, values > MAX_TOKENS,
               f"token lengths must be at most {MAX_TOKENS}")
     return values.astype(np.int64)
 
 
-def _counts(raw: pd.Series, path: str, field: str) -> np.ndarray:
+def _counts(raw: pd.Series, src: InputFile, field: str) -> np.ndarray:
     """Steps or images per job: integers >= 1."""
-    values = _numeric(raw, path, field)
-    _in_range(values, raw, path, field, (values < 1) | (values != np.floor(values)),
+    values = _numeric(raw, src, field)
+    _in_range(values, raw, src, field, (values < 1) | (values != np.floor(values)),
               "must be an integer >= 1")
-    _in_range(values, raw, path, field, values > MAX_TOKENS, f"must be at most {MAX_TOKENS}")
+    _in_range(values, raw, src, field, values > MAX_TOKENS, f"must be at most {MAX_TOKENS}")
     return values.astype(np.int64)
 
 
-def _arrivals(raw: pd.Series, path: str, field: str) -> np.ndarray:
-    values = _numeric(raw, path, field)
-    _in_range(values, raw, path, field, values < 0,
+def _arrivals(raw: pd.Series, src: InputFile, field: str) -> np.ndarray:
+    values = _numeric(raw, src, field)
+    _in_range(values, raw, src, field, values < 0,
               "arrival times must be >= 0 (seconds from the trace's start)")
-    _in_range(values, raw, path, field, values > MAX_TIME_S,
+    _in_range(values, raw, src, field, values > MAX_TIME_S,
               f"arrival times must be at most {MAX_TIME_S:g} s")
     return values
 
 
-def parse_hash_ids(raw: pd.Series, path: str, field: str = FIELD) -> np.ndarray:
+def parse_hash_ids(raw: pd.Series, src: InputFile, field: str = FIELD) -> np.ndarray:
     """Parse a column of space-separated ints into an object array of int tuples (empty: ())."""
     out = np.empty(len(raw), dtype=object)
     for i, text in enumerate(raw.tolist()):
@@ -118,8 +117,9 @@ def parse_hash_ids(raw: pd.Series, path: str, field: str = FIELD) -> np.ndarray:
         except ValueError:
             raise WorkloadError(
                 field,
-                path,
-                f"column 'hash_ids' {_row(i)} is {text!r}; expected space-separated integers",
+                src.path,
+                f"column 'hash_ids' {src.row(raw.index[i])} is {text!r}; expected "
+                "space-separated integers",
             ) from None
     return out
 
@@ -131,26 +131,27 @@ def read_trace(path: str, field: str = FIELD) -> pd.DataFrame:
     Lengths may be 0 here (some traces have them); ``build_requests`` rejects lengths < 1 that
     no fixed override replaces.
     """
-    with _reading(path, field):
-        if is_json_lines(path):
-            raw, layout = read_mooncake_jsonl(path, field)
+    src = read_input_file(path, field)
+    with _parsing(src, field):
+        if src.is_json_lines:
+            raw, layout = read_mooncake_jsonl(src, field)
         else:
-            header = list(pd.read_csv(path, nrows=0).columns)
+            header = csv_header(src)
             layout = csv_layout(header, path, field)
-            raw = read_csv_columns(path, layout, header, field)
+            raw = read_csv_columns(src, layout_columns(layout, header))
     if raw.empty:
         raise WorkloadError(field, path, "the trace has no rows")
-    arrival = _arrivals(arrival_seconds(raw[layout.arrival], layout, path, field), path, field)
-    _check_sorted(arrival, raw.index, layout.arrival, path, field)
+    arrival = _arrivals(arrival_seconds(raw[layout.arrival], layout, src, field), src, field)
+    _check_sorted(arrival, raw.index, layout.arrival, src, field)
     out = pd.DataFrame(
         {
             "arrival_time_s": arrival,
-            "input_tokens": _lengths(raw[layout.input], path, field),
-            "output_tokens": _lengths(raw[layout.output], path, field),
+            "input_tokens": _lengths(raw[layout.input], src, field),
+            "output_tokens": _lengths(raw[layout.output], src, field),
         }
     )
     if layout.hash_ids in raw:
-        out["hash_ids"] = pd.Series(parse_hash_ids(raw[layout.hash_ids], path, field),
+        out["hash_ids"] = pd.Series(parse_hash_ids(raw[layout.hash_ids], src, field),
                                     dtype=object)
     return out
 
@@ -187,13 +188,13 @@ def window_trace(
     return out
 
 
-def _check_sorted(arrival: np.ndarray, labels: pd.Index, column: str, path: str,
+def _check_sorted(arrival: np.ndarray, labels: pd.Index, column: str, src: InputFile,
                   field: str) -> None:
     down = np.diff(arrival) < 0
     if down.any():
         i = int(np.argmax(down)) + 1
-        raise WorkloadError(field, path, f"{column} is not sorted: {_row(labels[i])} is "
-                            f"{float(arrival[i])!r}, before the previous row's "
+        raise WorkloadError(field, src.path, f"{column} is not sorted: {src.row(labels[i])} "
+                            f"is {float(arrival[i])!r}, before the previous row's "
                             f"{float(arrival[i - 1])!r}")
 
 
@@ -203,8 +204,9 @@ def read_job_trace(path: str, types: list[str] | tuple[str, ...] = (),
     ``images`` (int64), keeping only rows whose type is in ``types`` and status in
     ``statuses`` (empty: every row). Only kept rows are validated, so rows that never ran (no
     steps) do not stop a replay that leaves them out; errors name the file's line."""
-    with _reading(path, field):
-        header = list(pd.read_csv(path, nrows=0).columns)
+    src = read_input_file(path, field)
+    with _parsing(src, field):
+        header = csv_header(src)
         layout = job_csv_layout(header, path, field)
         cols = list(layout.required)
         for name, column, values in (("trace_types", layout.type, types),
@@ -215,8 +217,7 @@ def read_job_trace(path: str, types: list[str] | tuple[str, ...] = (),
                                     "to keep every row)")
             if len(values):
                 cols.append(column)
-        raw = pd.read_csv(path, usecols=cols, dtype=str, keep_default_na=False,
-                          na_values=[""])
+        raw = read_csv_columns(src, cols)
     if raw.empty:
         raise WorkloadError(field, path, "the trace has no rows")
     keep = np.ones(len(raw), dtype=bool)
@@ -228,8 +229,8 @@ def read_job_trace(path: str, types: list[str] | tuple[str, ...] = (),
     if raw.empty:
         raise WorkloadError(field, path, f"no rows of type {list(types)} with status "
                             f"{list(statuses)} (workload.trace_types, workload.trace_statuses)")
-    arrival = _arrivals(raw[layout.arrival], path, field)
-    _check_sorted(arrival, raw.index, layout.arrival, path, field)
+    arrival = _arrivals(raw[layout.arrival], src, field)
+    _check_sorted(arrival, raw.index, layout.arrival, src, field)
     return pd.DataFrame({"arrival_time_s": arrival,
-                         "steps": _counts(raw[layout.steps], path, field),
-                         "images": _counts(raw[layout.images], path, field)})
+                         "steps": _counts(raw[layout.steps], src, field),
+                         "images": _counts(raw[layout.images], src, field)})

@@ -4,9 +4,13 @@ A thin shell: it registers the config schemas, validates everything before simul
 and turns bad input into one line on stderr with exit code 2. In a sweep (``-m``) a job's
 failure is written to its ``failed.json`` instead, and the other jobs go on.
 
-Nothing is lost: every file is written atomically and ``summary.json`` last, as the run's
-completion marker; Ctrl-C writes what was simulated so far (``"partial": true``) and exits
-with code 130; ``resume=true`` skips a run or sweep job whose complete outputs exist.
+Nothing is lost: every file is written atomically; the metrics (tables, then
+``summary.json``) are written before any plot and ``summary.json`` again last, as the run's
+completion marker; Ctrl-C or SIGTERM writes what was simulated so far (``"partial": true``)
+and exits with code 130; a disk that fills is one line and exit code 1; ``resume=true`` skips
+a run or sweep job whose complete outputs exist. Every run prints, first, whether it reached
+a steady state or was overloaded (``analysis.steady.Load``); one in which nothing completed
+exits with code 1 and the reasons.
 """
 
 from __future__ import annotations
@@ -31,14 +35,14 @@ from tqdm import tqdm
 
 from analysis.collect import FAILED_JSON, SUMMARY_JSON, write_sweep_summary
 from analysis.config import SLOConfig
-from analysis.diffusion_metrics import summarize_jobs
 from analysis.diffusion_plots import write_diffusion_plots
-from analysis.metrics import summarize
 from analysis.plots import write_plots
 from analysis.report import (
     atomic_write,
+    clear_run,
     format_job_summary,
     format_summary,
+    make_folder,
     run_is_complete,
     write_job_tables,
     write_summary,
@@ -58,9 +62,19 @@ from sim.config import (
 from sim.config.diffusion_cluster import cluster_kind
 from sim.diffusion.run import simulate_diffusion, simulate_mixed
 from sim.engine import simulate
-from sim.errors import INTERRUPTED_EXIT_CODE, ConfigError
+from sim.errors import INTERRUPTED_EXIT_CODE, OUTPUT_ERROR_EXIT_CODE, ConfigError, OutputError
+from sim.job_process import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    JobKilled,
+    how_it_ended,
+    isolates_jobs,
+    run_in_child,
+)
 from sim.kv_cache import kv_blocks
 from sim.memory import GIB
+from sim.run_summary import nothing_completed, summarize_run, what_was_left
 from sim.validation import check_job_models, validate_config
 
 log = logging.getLogger("sim")
@@ -122,10 +136,15 @@ def log_memory_budgets(cfg) -> None:
         blocks = kv_blocks(cfg.kv_cache, b)
         source = ("" if override is None else
                   f" (kv_cache.num_gpu_blocks override; memory gives {b.num_gpu_blocks})")
-        log.info("%s on %d×%d %s (tp × pp, %s pool): weights %.2f GiB/GPU, KV cache %.2f "
-                 "GiB/GPU → num_gpu_blocks=%d%s (block_size %d), max concurrent tokens %d",
-                 cfg.model.name, b.tensor_parallel_size, b.pipeline_parallel_size,
-                 cfg.hardware.name, pool, b.weight_bytes / GIB, b.kv_cache_bytes / GIB,
+        cl = cfg.cluster
+        replicas = {"prefill": getattr(cl, "prefill_replicas", 1),
+                    "decode": getattr(cl, "decode_replicas", 1)}.get(pool, cl.replicas)
+        ep = b.tensor_parallel_size if cl.expert_parallel_size > 1 else 1
+        log.info("%s on %d replica(s) of %d×%d %s (tp × pp, ep %d, %s pool): weights %.2f "
+                 "GiB/GPU, KV cache %.2f GiB/GPU → num_gpu_blocks=%d%s (block_size %d), max "
+                 "concurrent tokens %d", cfg.model.name, replicas, b.tensor_parallel_size,
+                 b.pipeline_parallel_size, cfg.hardware.name, ep, pool, b.weight_bytes / GIB,
+                 b.kv_cache_bytes / GIB,
                  blocks, source, b.block_size, blocks * b.block_size)
         max_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
         if blocks * b.block_size < max_len:
@@ -151,7 +170,10 @@ def diffusion_jobs(cfg) -> pd.DataFrame:
 
 def run(cfg: DictConfig, outdir: Path) -> dict:
     """One simulation end to end; returns the summary that was written to ``outdir``.
-    ``cluster.kind`` says what runs: LLM replicas, a diffusion node pool, or both."""
+    ``cluster.kind`` says what runs: LLM replicas, a diffusion node pool, or both. The
+    metrics (tables, then ``summary.json``) are written and printed before any plot; Ctrl-C
+    or SIGTERM while plotting keeps them, and the summary returned (and written) then says
+    ``pending_outputs: ["plots"]``."""
     validate_config(cfg)
     show_progress = _progress_enabled(cfg.progress)
     kind = cluster_kind(cfg.cluster)
@@ -161,8 +183,7 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
         requests = requests_for_seed(cfg.workload, cfg.seed)
     if kind != "llm":
         jobs = diffusion_jobs(cfg)
-    # the folder's outputs are about to be replaced: not complete until this run's summary
-    (Path(outdir) / SUMMARY_JSON).unlink(missing_ok=True)
+    clear_run(outdir)  # an earlier run's files never stay beside this one's
     total = sum(len(t) for t in (requests, jobs) if t is not None)
     with tqdm(total=total, unit="req" if jobs is None else "job", disable=not show_progress,
               mininterval=0.5, desc="simulating") as bar:
@@ -174,60 +195,31 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
         else:
             records, job_records = simulate_mixed(cfg, requests, jobs, progress=bar,
                                                   keep_itl_samples=cfg.keep_itl_samples)
-    sim_time = (records or job_records).meta["sim_time_s"]
-    info = {"model": cfg.model.name, "hardware": cfg.hardware.name, "backend": cfg.backend.name,
-            "scheduler": cfg.scheduler.name, "workload": cfg.workload.name, "seed": cfg.seed,
-            "sim_time_s": sim_time}
-    if kind != "llm":
-        info["cluster"] = cfg.cluster.name
-    summary, outputs = {}, []
-    if records is not None:
-        summary.update(summarize(records, cfg.slo))
-        summary.update(info)
-        summary.update(run_state(records))
-        outputs += write_tables(records, outdir)
-        if cfg.plots:
-            outputs += write_plots(records, outdir)
-    if job_records is not None:
-        summary.update(summarize_jobs(job_records))
-        if records is None:
-            summary.update(info)
-            summary.update(job_run_state(summary, job_records))
-        outputs += write_job_tables(job_records, outdir)
-        if cfg.plots:
-            outputs += write_diffusion_plots(job_records, outdir)
+    summary = summarize_run(cfg, records, job_records)
     summary["config_sha256"] = config_digest(cfg)
-    write_summary(summary, outdir, outputs)  # last: it marks the outputs complete
+    outputs = []
     if records is not None:
-        print(format_summary(summary))
+        outputs += write_tables(records, outdir)
     if job_records is not None:
-        print(format_job_summary(summary))
+        outputs += write_job_tables(job_records, outdir)
+    pending = ["plots"] if cfg.plots else []
+    write_summary(summary, outdir, outputs, pending)  # the metrics, before any plot
+    if nothing_completed(summary) is None:
+        if records is not None:
+            print(format_summary(summary))
+        if job_records is not None:
+            print(format_job_summary(summary))
+    if pending:
+        try:
+            if records is not None:
+                outputs += write_plots(records, outdir)
+            if job_records is not None:
+                outputs += write_diffusion_plots(job_records, outdir)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the summary says what is missing
+            return {**summary, "pending_outputs": pending}
+        write_summary(summary, outdir, outputs)  # last: it marks the outputs complete
     print(f"outputs: {outdir}")
-    return summary
-
-
-def job_run_state(summary: dict, records) -> dict:
-    """A diffusion-only run's ``completed``, ``rejected``, ``failed`` and ``unfinished`` (its
-    jobs), ``partial`` and, if partial, when it stopped: the keys an LLM run reports."""
-    state = {"completed": summary["jobs_completed"], "rejected": summary["jobs_rejected"],
-             "failed": summary["jobs_failed"], "unfinished": summary["jobs_unfinished"],
-             "partial": records.partial}
-    if records.partial:
-        state["interrupted_at_sim_s"] = records.meta["interrupted_at_sim_s"]
-    return state
-
-
-NOT_ENDED = ("pending", "waiting", "running", "transferring")  # statuses of live requests
-
-
-def run_state(records) -> dict:
-    """Whether the run is ``partial`` (stopped by Ctrl-C), how many requests had not ended
-    (``unfinished``: still in one of ``NOT_ENDED``) and, if partial, when it stopped."""
-    state = {"partial": records.partial,
-             "unfinished": int(records.requests["status"].isin(NOT_ENDED).sum())}
-    if records.partial:
-        state["interrupted_at_sim_s"] = records.meta["interrupted_at_sim_s"]
-    return state
+    return {**summary, "pending_outputs": []}
 
 
 RESUME_IGNORES = ("resume", "progress", "check_invariants")  # leave the outputs as they are
@@ -254,39 +246,65 @@ def completed_summary(cfg: DictConfig, outdir: Path) -> dict | None:
 
 
 def interrupted(summary: dict, outdir: Path, sweep_dir: Path | None = None) -> NoReturn:
-    """After Ctrl-C: one line on stderr saying what was written, the sweep's table when in a
-    sweep, and exit code 130 (the shell's code for SIGINT)."""
+    """After Ctrl-C or SIGTERM: one line on stderr saying what was written (what was
+    simulated, or the finished simulation's metrics without its plots), the sweep's table
+    when in a sweep, and exit code 130 (the shell's code for SIGINT)."""
     where = f"{outdir}/{SUMMARY_JSON}"
     hint = ""
     if sweep_dir is not None:
         try:
             write_sweep_summary(sweep_dir)
-        except ConfigError:
-            pass  # no job folder there (the nodes share no file system): nothing to gather
+        except (ConfigError, OSError):
+            pass  # no job folder there (the nodes share no file system), or a full disk
         hint = f"; to finish the sweep, rerun it with resume=true hydra.sweep.dir={sweep_dir}"
-    print(f"interrupted at {summary['interrupted_at_sim_s']:.3f} simulated s: partial results "
-          f"({summary['completed']} completed, {summary['rejected']} rejected, "
-          f"{summary['unfinished']} unfinished) in {where}{hint}", file=sys.stderr)
+    if summary.get("partial", True):
+        print(f"interrupted at {summary['interrupted_at_sim_s']:.3f} simulated s: partial "
+              f"results ({summary['completed']} completed, {summary['rejected']} rejected, "
+              f"{summary['unfinished']} unfinished) in {where}{hint}", file=sys.stderr)
+    else:
+        print(f"interrupted while drawing the plots: the finished simulation's metrics are "
+              f"in {where} (pending_outputs: {', '.join(summary['pending_outputs'])}){hint}",
+              file=sys.stderr)
     sys.exit(INTERRUPTED_EXIT_CODE)
 
 
 INPUT_ERRORS = (ConfigError, WorkloadError)  # bad input: one line, exit code 2
+NO_TRACEBACK = (*INPUT_ERRORS, JobKilled, OutputError)  # their one line says it all
 
 
-def write_failure(outdir: Path, error: BaseException, overrides: list[str]) -> dict:
-    """Record a failed sweep job in ``outdir/failed.json``: error type, one-line message, the
-    job's overrides, and the traceback when the error is not plain bad input; returns it."""
+def failure_record(error: BaseException, overrides: list[str]) -> dict:
+    """A failed sweep job's ``failed.json``: error type, one-line message, the job's
+    overrides, and the traceback when the error is not plain bad input."""
     lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
     record = {"error_type": type(error).__name__,
               "message": "; ".join(lines) or type(error).__name__,
               "overrides": list(overrides)}
-    if not isinstance(error, INPUT_ERRORS):
+    if not isinstance(error, NO_TRACEBACK):
         record["traceback"] = "".join(traceback.format_exception(error))
-    outdir.mkdir(parents=True, exist_ok=True)
-    path = outdir / FAILED_JSON
-    text = json.dumps(record, indent=2) + "\n"
-    atomic_write(path, lambda p: Path(p).write_text(text))
     return record
+
+
+def write_failure(outdir: Path, error: BaseException, overrides: list[str]) -> dict:
+    """Record a failed sweep job in ``outdir/failed.json`` (``failure_record``); returns it."""
+    record = failure_record(error, overrides)
+    make_folder(outdir)
+    text = json.dumps(record, indent=2) + "\n"
+    atomic_write(outdir / FAILED_JSON, lambda p: Path(p).write_text(text))
+    return record
+
+
+def job_failed(outdir: Path, job: str, overrides: list[str], error: BaseException) -> None:
+    """A sweep job failed: ``failed.json`` (when it can be written), the log, and one line on
+    stderr; returns None, the missing summary."""
+    try:
+        record, where = write_failure(outdir, error, overrides), outdir / FAILED_JSON
+    except OSError as e:  # a full disk: the line is all that is left
+        record, where = failure_record(error, overrides), f"not recorded: {e}"
+    if not isinstance(error, NO_TRACEBACK):
+        log.error("job %s failed", job, exc_info=error)
+    print(f"error: job {job} ({' '.join(overrides)}) failed: {record['error_type']}: "
+          f"{record['message']} [{where}]", file=sys.stderr)
+    return None
 
 
 def run_sweep_job(cfg: DictConfig, outdir: Path, job: str, overrides: list[str]) -> dict | None:
@@ -296,14 +314,52 @@ def run_sweep_job(cfg: DictConfig, outdir: Path, job: str, overrides: list[str])
     try:
         summary = run(cfg, outdir)
     except Exception as e:  # any failure: isolating one job from the others is the point
-        record = write_failure(outdir, e, overrides)
-        if not isinstance(e, INPUT_ERRORS):
-            log.error("job %s failed", job, exc_info=e)
-        print(f"error: job {job} ({' '.join(overrides)}) failed: {record['error_type']}: "
-              f"{record['message']} [{outdir / FAILED_JSON}]", file=sys.stderr)
-        return None
+        return job_failed(outdir, job, overrides, e)
     (outdir / FAILED_JSON).unlink(missing_ok=True)  # from an earlier run into the same folder
+    why = nothing_completed(summary)
+    if why:
+        print(f"warning: job {job} ({' '.join(overrides)}): {why}", file=sys.stderr)
     return summary
+
+
+def run_job_in_child(cfg: DictConfig, outdir: Path, job: str,
+                     overrides: list[str]) -> dict | None:
+    """``run_sweep_job`` in a child process of this worker (``sim.job_process``): a child
+    killed before it recorded how its job ended fails that job alone (``failed.json``,
+    ``JobKilled``) and the worker, with the rest of the sweep, goes on."""
+    def body() -> int:
+        return DONE if run_sweep_job(cfg, outdir, job, overrides) is not None else FAILED
+
+    code = run_in_child(body)
+    if code == DONE:
+        return json.loads((outdir / SUMMARY_JSON).read_text())
+    if code == FAILED:
+        return None
+    if code == INTERRUPTED:
+        raise KeyboardInterrupt
+    return job_failed(outdir, job, overrides, JobKilled(
+        f"the job's process was {how_it_ended(code)} before it finished (the out-of-memory "
+        "killer, a crash or a kill); the other jobs went on"))
+
+
+def single_run(cfg: DictConfig, outdir: Path) -> None:
+    """One run outside a sweep, ended with README's exit codes: 2 on bad input, 1 when an
+    output could not be written or nothing completed (the reasons on one line), 130 after
+    Ctrl-C or SIGTERM."""
+    try:
+        summary = run(cfg, outdir)
+    except INPUT_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except OutputError as e:
+        print(f"error: {e}; {what_was_left(outdir)}", file=sys.stderr)
+        sys.exit(OUTPUT_ERROR_EXIT_CODE)
+    if summary["partial"] or summary["pending_outputs"]:
+        interrupted(summary, outdir)
+    why = nothing_completed(summary)
+    if why:
+        print(f"error: {why}; the summary is in {outdir}/{SUMMARY_JSON}", file=sys.stderr)
+        sys.exit(1)
 
 
 register_configs()
@@ -319,15 +375,10 @@ def main(cfg: DictConfig) -> None:
         log.info("%s: complete outputs exist, skipped",
                  f"job {hc.job.num}" if sweep else f"run in {outdir}")
         return
-    if sweep:
-        summary = run_sweep_job(cfg, outdir, str(hc.job.num), list(hc.overrides.task))
-        if summary is not None and summary["partial"]:
-            interrupted(summary, outdir, Path(hc.sweep.dir))
+    if not sweep:
+        single_run(cfg, outdir)
         return
-    try:
-        summary = run(cfg, outdir)
-    except INPUT_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    if summary["partial"]:
-        interrupted(summary, outdir)
+    job_run = run_job_in_child if isolates_jobs(hc) else run_sweep_job
+    summary = job_run(cfg, outdir, str(hc.job.num), list(hc.overrides.task))
+    if summary is not None and (summary["partial"] or summary.get("pending_outputs")):
+        interrupted(summary, outdir, Path(hc.sweep.dir))

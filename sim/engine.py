@@ -11,10 +11,11 @@ Multi-turn sessions (``scenarios.sessions``) need nothing more: a session is a c
 first turn has an arrival time and whose later turns have NaN ones, so each turn is released
 its think time after the previous turn completes, as a closed-loop follow-up.
 
-Ctrl-C while simulating (SIGINT, or a ``KeyboardInterrupt`` raised by a progress callback)
-stops the event loop between two events and returns what was simulated so far, with
-``meta["partial"]`` true and ``meta["interrupted_at_sim_s"]``; requests that had not ended
-keep their status (pending, waiting, running) and a NaN completion.
+Ctrl-C while simulating (SIGINT, SIGTERM where the command handles it as Ctrl-C, or a
+``KeyboardInterrupt`` raised by a progress callback) stops the event loop between two
+events and returns what was simulated so far, with ``meta["partial"]`` true and
+``meta["interrupted_at_sim_s"]``; requests that had not ended keep their status (pending,
+waiting, running) and a NaN completion.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from simpy.core import EmptySchedule
 
 from sim.cluster import Cluster
 from sim.compiled.core import PROGRESS_EVERY, CompiledPool, why_not_compiled
+from sim.errors import sigterm_interrupts
 from sim.records import LogHistogram, Records
 from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable, check_releases
 
@@ -125,30 +127,40 @@ class _Arrivals:
 
 
 class _StopRequest:
-    """Set by Ctrl-C while simulating; the event loop checks it between events."""
+    """Set by Ctrl-C (or SIGTERM) while simulating; the event loop checks it between events."""
 
     requested = False
 
 
+# each signal's handler when it interrupts the command (SIGTERM: sim.errors.ctrl_c_exits)
+_INTERRUPTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: sigterm_interrupts}
+
+
 @contextmanager
 def _ctrl_c_stops(stop: _StopRequest) -> Iterator[None]:
-    """While the body runs, the first SIGINT only sets ``stop.requested``, so the event loop
-    ends between two events with consistent state; a second one raises at once. Left alone
-    outside the main thread or when someone else handles SIGINT."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    """While the body runs, the first SIGINT or SIGTERM only sets ``stop.requested``, so the
+    event loop ends between two events with consistent state; a second one raises at once.
+    A signal is left alone outside the main thread or when someone else handles it (SIGTERM
+    by default ends the process: only a command that handles it as Ctrl-C is stopped)."""
+    ours = [s for s, h in _INTERRUPTS.items() if signal.getsignal(s) is h]
+    if threading.current_thread() is not threading.main_thread() or not ours:
         yield
         return
 
+    def restore() -> None:
+        for s in ours:
+            signal.signal(s, _INTERRUPTS[s])
+
     def handler(signum, frame) -> None:
         stop.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        restore()
 
-    signal.signal(signal.SIGINT, handler)
+    for s in ours:
+        signal.signal(s, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        restore()
 
 
 def run_until(env: simpy.Environment, done: simpy.Event, unfinished) -> bool:

@@ -1,10 +1,14 @@
-"""The one exception type that means "the user's input is wrong", and how Ctrl-C ends a
-command outside the simulation loop."""
+"""The one exception type that means "the user's input is wrong", the one that means "the
+outputs could not be written", and how Ctrl-C (or SIGTERM, handled the same) ends a command
+outside the simulation loop."""
 
+import signal
 import sys
+import threading
 from contextlib import contextmanager
 
-INTERRUPTED_EXIT_CODE = 130  # the shell's code for SIGINT
+INTERRUPTED_EXIT_CODE = 130  # the shell's code for SIGINT; a SIGTERM ends the same way
+OUTPUT_ERROR_EXIT_CODE = 1  # the outputs could not be written (disk full, read-only, ...)
 
 
 class ConfigError(ValueError):
@@ -42,14 +46,45 @@ class InvariantError(AssertionError):
                 f"{detail}; requests {ids}{more}")
 
 
+class OutputError(OSError):
+    """An output could not be written (a full disk, a read-only or missing folder): an
+    ``OSError`` naming the file and the system's reason. Entry points print it as one line
+    and exit with ``OUTPUT_ERROR_EXIT_CODE``."""
+
+    def __init__(self, path, error: OSError) -> None:
+        super().__init__(error.errno, error.strerror or str(error), str(path))
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers, ``timeout`` and container runtimes send), raised where
+    Ctrl-C would raise ``KeyboardInterrupt`` so that it stops a command the same way."""
+
+
+def sigterm_interrupts(signum, frame) -> None:
+    """The SIGTERM handler of a command: raise ``Terminated``, as Ctrl-C raises
+    ``KeyboardInterrupt``; ``sim.engine`` takes it over while simulating, as it does
+    SIGINT's, to stop between two events."""
+    raise Terminated
+
+
 @contextmanager
 def ctrl_c_exits():
-    """Ctrl-C anywhere in the block ends the command with one line on stderr and exit code
-    130, not a traceback. (Inside the simulation loop a run stops itself and writes partial
-    results first; this covers start-up, e.g. loading and checking the config, and the rest.)"""
+    """Ctrl-C or SIGTERM anywhere in the block ends the command with one line on stderr and
+    exit code 130, not a traceback. (Inside the simulation loop a run stops itself and writes
+    partial results first; this covers start-up, e.g. loading and checking the config, and
+    the rest.)"""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, sigterm_interrupts) if main else None
     try:
         yield
-    except KeyboardInterrupt:
-        print("interrupted (Ctrl-C): no complete results were written by this command",
+    except KeyboardInterrupt as e:
+        what = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+        print(f"interrupted ({what}): no complete results were written by this command",
               file=sys.stderr)
         raise SystemExit(INTERRUPTED_EXIT_CODE) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)

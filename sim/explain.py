@@ -45,6 +45,7 @@ import pandas as pd
 
 import sim.diffusion.explain as diffusion_explain
 import sim.memory as memory
+from analysis.inputs import output_file
 from analysis.roofline_chart import write_roofline_chart
 from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
 from sim.errors import ConfigError
@@ -58,6 +59,7 @@ OWN_KEYS = LLM_KEYS + ("chart",) + diffusion_explain.OWN_KEYS
 PART = re.compile(r"^(prefill|decode):(\d+)x(\d+)(?:@(\d+))?$")
 GRAMMAR = ("'+'-joined parts prefill:SEQSxTOKENS[@CACHED] or decode:SEQSxCONTEXT, "
            "e.g. prefill:1x4096+decode:64x2000")
+MAX_SEQS = 1_000_000  # sequences in one step: each is a row of the cost model's arrays
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class BatchPart:
 
 def parse_batch(text: str) -> list[BatchPart]:
     """Parse ``batch=`` text (grammar in the module doc); one ConfigError naming ``batch``."""
-    parts = []
+    parts, seqs_so_far = [], 0
     for piece in str(text).split("+"):
         m = PART.match(piece)
         if not m:
@@ -83,6 +85,9 @@ def parse_batch(text: str) -> list[BatchPart]:
                               "(its context is the cached tokens)")
         if seqs < 1 or tokens < 1:
             raise ConfigError("batch", text, f"{piece!r}: sequences and tokens must be >= 1")
+        seqs_so_far += seqs
+        if seqs_so_far > MAX_SEQS:
+            raise ConfigError("batch", text, f"at most {MAX_SEQS:,} sequences in one step")
         parts.append(BatchPart(kind, seqs, 1, tokens) if kind == "decode"
                      else BatchPart(kind, seqs, tokens, int(cached or 0)))
     return parts
@@ -211,10 +216,24 @@ def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return own, rest
 
 
-def _positive_int(key: str, text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(key, text, "a positive integer number of tokens")
+def context_of(cfg, text: str) -> int:
+    """``context=``: a number of tokens from 1 to the context window."""
+    limit = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
+    if not text.isdigit() or not 1 <= int(text) <= limit:
+        raise ConfigError("context", text, f"a whole number of tokens in [1, {limit}] "
+                          "(max_model_len)")
     return int(text)
+
+
+def chart_path(own: dict[str, str]) -> Path | None:
+    """Where ``chart=`` puts the roofline PNG (None: no chart), its folder made; a path that
+    is a folder or lies under a file is an error before any work."""
+    chart = own.get("chart", "roofline.png")
+    if chart.lower() in ("none", "null", "false", ""):
+        return None
+    path = output_file(chart, "chart")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict | None) -> str:
@@ -271,53 +290,52 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     own, overrides = split_args(argv)
     cfg = plain(compose_or_exit(overrides))
-    if getattr(cfg.model, "kind", "llm") == "diffusion":
-        return _explain_diffusion(cfg, own)
-    text = own.get("batch", DEFAULT_BATCH)
     try:
-        wrong = [k for k in diffusion_explain.OWN_KEYS if k in own]
-        if wrong:
-            raise ConfigError(wrong[0], own[wrong[0]], f"only for a diffusion model "
-                              f"(model.kind=diffusion); {cfg.model.name} is an LLM")
-        check_config(cfg)
-        parts = parse_batch(text)
-        check_batch(cfg, parts, text)
-        new, ctx = batch_arrays(parts)
-        context = (_positive_int("context", own["context"]) if "context" in own
-                   else int((new + ctx).max()))
-        table, totals = operator_table(cfg, new, ctx)
-        kv = kv_footprint(cfg)
+        chart = chart_path(own)
+        if getattr(cfg.model, "kind", "llm") == "diffusion":
+            return _explain_diffusion(cfg, own)
+        return _explain_step(cfg, own, chart)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _explain_step(cfg, own: dict[str, str], chart: Path | None) -> int:
+    """One LLM engine step: print its operators and memory plan, write the chart."""
+    text = own.get("batch", DEFAULT_BATCH)
+    wrong = [k for k in diffusion_explain.OWN_KEYS if k in own]
+    if wrong:
+        raise ConfigError(wrong[0], own[wrong[0]], f"only for a diffusion model "
+                          f"(model.kind=diffusion); {cfg.model.name} is an LLM")
+    check_config(cfg)
+    parts = parse_batch(text)
+    check_batch(cfg, parts, text)
+    new, ctx = batch_arrays(parts)
+    context = context_of(cfg, own["context"]) if "context" in own else int((new + ctx).max())
+    table, totals = operator_table(cfg, new, ctx)
+    kv = kv_footprint(cfg)
     try:
         plan, plan_error = memory_plan(cfg, context), None
     except ConfigError as e:  # the model does not fit: still show the step, then say so
         plan, plan_error = None, e
     print(format_report(cfg, table, totals, kv, plan))
-    chart = own.get("chart", "roofline.png")
-    if chart.lower() not in ("none", "null", "false", ""):
-        write_roofline_chart(table, totals["peaks"], totals["bandwidth"], Path(chart),
+    if chart is not None:
+        write_roofline_chart(table, totals["peaks"], totals["bandwidth"], chart,
                              f"{cfg.model.name} on {cfg.hardware.name}: {text}")
         print(f"roofline chart: {chart}")
     if plan_error is not None:
-        print(f"error: {plan_error}", file=sys.stderr)
-        return 2
+        raise plan_error
     return 0
 
 
 def _explain_diffusion(cfg, own: dict[str, str]) -> int:
     """A diffusion pipeline's job, stage by stage (``sim.diffusion.explain``)."""
-    try:
-        wrong = [k for k in LLM_KEYS if k in own]
-        if wrong:
-            raise ConfigError(wrong[0], own[wrong[0]], f"only for an LLM; {cfg.model.name} is "
-                              "a diffusion pipeline: use job=, plan=, gpus=, steps=, images=, "
-                              "guidance= (see --help)")
-        return diffusion_explain.run(cfg, own)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    wrong = [k for k in LLM_KEYS if k in own]
+    if wrong:
+        raise ConfigError(wrong[0], own[wrong[0]], f"only for an LLM; {cfg.model.name} is "
+                          "a diffusion pipeline: use job=, plan=, gpus=, steps=, images=, "
+                          "guidance= (see --help)")
+    return diffusion_explain.run(cfg, own)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ are not part of the served model and are ignored.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,12 @@ def read_hf_config(value: str) -> dict[str, Any]:
         raise ConfigError("model", value, f"a readable config.json ({e.strerror or e})") from None
     except json.JSONDecodeError as e:
         raise ConfigError("model", value, f"valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise ConfigError("model", value, "JSON nested less deeply (too deep for Python's "
+                          "parser)") from None
+    except ValueError:  # the only other error of json.loads: Python's cap on integer digits
+        raise ConfigError("model", value, f"integers of at most {sys.get_int_max_str_digits()} "
+                          "digits (Python's parser limit)") from None
     if not isinstance(config, dict):
         raise ConfigError("model", value, "a JSON object")
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem

@@ -6,23 +6,30 @@ value, then exits with code 2. In a sweep (``-m``) every value of every swept ke
 composed once (the other sweeps held at their first value), so ``scheduler=vllm,bogus`` is
 refused the same way before any job starts; Hydra's other flags are left to Hydra.
 
-It also expands ``model=<path to a Hugging Face config.json, or its folder>`` into
-``model=base_model`` plus one ``model.<field>=<value>`` override per schema field read from
-the file, so the resolved config saved with the run shows every field. A user's own
-``model.<field>=`` overrides still win, wherever they stand.
+It also reads ``model=<path to a Hugging Face config.json, or its folder>`` (or each path of
+a sweep, ``-m model=/a/config.json,/b/config.json``) and registers the fields read from the
+file as an option of group ``model`` named after the folder and the path
+(``Llama-3.1-8B@1a2b3c4d``), so the override becomes ``model=<that option>``: the resolved
+config saved with the run shows every field, a user's own ``model.<field>=`` overrides win as
+over any option, and a sweep's launcher carries the options to its jobs (Hydra's ConfigStore
+travels with them). A path is taken as it is, whatever characters it holds (``,``, ``=``,
+``${``), when it names a file or folder; otherwise the value is read as Hydra's choice sweep.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
+from pathlib import Path
 
 from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
 from sim.errors import ConfigError
-from sim.hf_config import read_hf_config
+from sim.hf_config import config_path, read_hf_config
 
 BASE_MODEL = "base_model"  # the schema itself, registered as an option of group model
 # OmegaConf can neither merge a dict into a structured field that is null nor set a key
@@ -33,6 +40,14 @@ NULL_FIELD = ("a field that is null in the composed config (or a key inside it) 
               "conf/ YAML")
 
 
+def _cause(e: BaseException) -> BaseException | None:
+    """The exception ``e`` was raised from or while handling (Hydra wraps the error of a
+    config option that does not merge, e.g. a ``model=<config.json>``'s, without ``from``)."""
+    if e.__cause__ is not None or e.__suppress_context__:
+        return e.__cause__
+    return e.__context__
+
+
 def one_line(e: BaseException) -> str:
     """A single-line description of a config-composition error."""
     if isinstance(e, MissingConfigException) and e.missing_cfg_file:
@@ -41,8 +56,8 @@ def one_line(e: BaseException) -> str:
         if group:
             return f"{group}={option!r}: unknown option; available: {', '.join(options)}"
     cause = e
-    while cause.__cause__ is not None and not isinstance(cause, OmegaConfBaseException):
-        cause = cause.__cause__
+    while _cause(cause) is not None and not isinstance(cause, OmegaConfBaseException):
+        cause = _cause(cause)
     key = getattr(cause, "full_key", None)
     lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
     lines = [ln for ln in lines if not ln.startswith(("full_key", "reference_type",
@@ -51,41 +66,68 @@ def one_line(e: BaseException) -> str:
     return f"{key}: {msg}" if key else msg
 
 
-def _hydra_value(v: object) -> str:
-    """``v`` in Hydra's override grammar (strings quoted, lists in brackets)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
-    if isinstance(v, str):
-        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return str(v)
-
-
 def is_model_path(value: str) -> bool:
     """Whether a ``model=`` value names a file or folder rather than a ``conf/model`` option."""
     return value.endswith(".json") or "/" in value or "\\" in value
 
 
-def expand_model_path(overrides: list[str]) -> list[str]:
-    """``overrides`` with ``model=<config.json>`` replaced by the fields read from the file.
+def _model_values(value: str) -> list[str]:
+    """The values a ``model=`` override names: the value itself when it is an existing file or
+    folder (a path may hold characters Hydra's grammar reads otherwise), else each value of
+    Hydra's choice sweep (a plain value: itself)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    if is_model_path(value) and Path(value).expanduser().exists():
+        return [value]
+    try:
+        parsed = OverridesParser.create().parse_override(f"model={value}").value()
+    except HydraException:
+        return [value]  # not Hydra's grammar: a path, for read_hf_config to refuse or read
+    if isinstance(parsed, ChoiceSweep):
+        return [str(v) for v in parsed.list]
+    return [parsed] if isinstance(parsed, str) else [value]
+
+
+def _literal(v: object) -> object:
+    """``v`` with OmegaConf's interpolation syntax escaped in every string (a folder named
+    ``my${model}`` is a name, not a reference to another key)."""
+    if isinstance(v, str):
+        return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", v)
+    if isinstance(v, list):
+        return [_literal(x) for x in v]
+    return v
+
+
+def register_model_file(value: str) -> str:
+    """Register the fields of the ``config.json`` at ``value`` as an option of group ``model``
+    (over ``base_model``, so the schema checks each field at composition); its name: the
+    model's name (the folder's, in the override grammar's characters) and a digest of the
+    file's path, so two folders of one name stay two options.
 
     Raises ``ConfigError`` (naming ``model``) when the file is missing, unreadable or of an
     unsupported architecture.
     """
+    fields = read_hf_config(value)
+    digest = hashlib.sha256(str(config_path(value).resolve()).encode()).hexdigest()[:8]
+    name = f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', fields['name'])}@{digest}"
+    node = {"defaults": [BASE_MODEL, "_self_"], **{f: _literal(v) for f, v in fields.items()}}
+    ConfigStore.instance().store(group="model", name=name, node=node)
+    return name
+
+
+def expand_model_path(overrides: list[str]) -> list[str]:
+    """``overrides`` with each ``config.json`` path of a ``model=`` override (one, or the
+    values of a sweep) replaced by the option ``register_model_file`` makes of it."""
     out: list[str] = []
-    own = {a.partition("=")[0].lstrip("+~") for a in overrides}  # as Hydra: order-free
     for arg in overrides:
         key, sep, value = arg.partition("=")
-        if key != "model" or not sep or not is_model_path(value):
+        values = _model_values(value) if key == "model" and sep else []
+        if not any(is_model_path(v) for v in values):
             out.append(arg)
             continue
-        fields = read_hf_config(value)
-        out.append(f"model={BASE_MODEL}")
-        out += [f"model.{f}={_hydra_value(v)}" for f, v in fields.items()
-                if f"model.{f}" not in own]
+        names = [register_model_file(v) if is_model_path(v) else v for v in values]
+        out.append(f"model={','.join(names)}")
     return out
 
 

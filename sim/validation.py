@@ -15,9 +15,10 @@ groups and have no better home live here. In order:
    pipeline's fields) and the cluster, and skips the LLM replica checks below;
 4. each config group's ranges and choices (``sim.builders.check_config``), and the scale of
    the cluster (replica counts, times);
-5. cross-field checks: each pool's parallel layout, that the model fits the GPUs at that
-   parallelism with room for at least one KV block, the KV capacity override, the
-   calibration files and dtypes the cost model needs, the prefix hash granularity;
+5. cross-field checks: the KV block size the backend's engine takes (``check_block_size``),
+   each pool's parallel layout, that the model fits the GPUs at that parallelism with room
+   for at least one KV block, the KV capacity override, the calibration files and dtypes the
+   cost model needs, the prefix hash granularity;
 6. the workload's ranges, then the files it names (trace, empirical lengths); for diffusion
    jobs, every shape the workload can draw against its pipeline, whatever the job cost
    (``sim.diffusion.shapes.check_workload_shapes``: the pipeline exists, sizes, frames, the
@@ -66,6 +67,7 @@ from sim.config.diffusion_cluster import (
     fixed_plan,
     plan_degrees,
 )
+from sim.config.kv_cache import check_block_size
 from sim.config.model import check_model
 from sim.errors import ConfigError
 from sim.kv_cache import build_kv_cache
@@ -95,6 +97,7 @@ def validate_config(cfg: Any) -> None:
         check_cluster_scale(cfg)
     else:
         check_config(cfg)
+        check_block_size(cfg.kv_cache, cfg.backend.name)
         check_cluster_scale(cfg)
         check_pools(cfg)
         check_prefix_hashes(cfg)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
+from analysis.inputs import fields_of, read_parquet, read_yaml
 from calibration.rows import conform, empty
 from sim.errors import ConfigError
 
@@ -33,6 +34,7 @@ TABLES = {
 NCCL_KINDS = {"all_gather": "allgather", "alltoall": "alltoall",
               "reduce_scatter": "reduce_scatter", "all_reduce": "allreduce"}
 NCCL_BYTES = {"half": 2.0, "int8": 1.0, "float": 4.0, "bfloat16": 2.0}
+TABLE = "an aiconfigurator table (parquet with a latency column, ms per call)"
 
 
 def version_key(v: str) -> tuple:
@@ -60,10 +62,12 @@ def _reuse_source(folder: Path, table: str) -> str | None:
     reuse = folder / "reuse.yaml"
     if not reuse.is_file():
         return None
-    doc = yaml.safe_load(reuse.read_text()) or {}
-    for entry in doc.get("reuse") or []:
-        if entry.get("table") == table:
-            return str(entry.get("from_version"))
+    what = "an aiconfigurator reuse.yaml (a mapping with a reuse: list)"
+    doc = read_yaml(reuse, "data_dir", what)
+    with fields_of(reuse, "data_dir", what):
+        for entry in doc.get("reuse") or []:
+            if entry.get("table") == table:
+                return str(entry.get("from_version"))
     return None
 
 
@@ -93,11 +97,14 @@ def find_table(root: Path, op: str, framework: str, table: str,
     return None
 
 
-def _read(choice: TableChoice, root: Path) -> pd.DataFrame:
-    df = pd.read_parquet(choice.path)
-    df["latency_s"] = df["latency"].astype(float) * 1e-3
-    df["source"] = str(choice.path.relative_to(root))
-    return df
+def _rows(choice: TableChoice, root: Path, family: str, shape) -> pd.DataFrame:
+    """The ``family`` rows of one table: read, given the family's columns by ``shape`` and
+    conformed; a column the table lacks or that does not convert names the file."""
+    df = read_parquet(choice.path, "data_dir", TABLE, ("latency",))
+    with fields_of(choice.path, "data_dir", TABLE):
+        df["latency_s"] = df["latency"].astype(float) * 1e-3
+        df["source"] = str(choice.path.relative_to(root))
+        return conform(family, shape(df), str(choice.path))
 
 
 def _gemm(df: pd.DataFrame) -> pd.DataFrame:
@@ -144,7 +151,7 @@ def _gemm_rows_from(root: Path, framework: str, dtype: str, version: str,
     if choice is None:
         raise ConfigError(field, version, f"a version folder with gemm/{framework}/<version>/"
                           "gemm_perf.parquet")
-    rows = conform("gemm", _gemm(_read(choice, root)), str(choice.path))
+    rows = _rows(choice, root, "gemm", _gemm)
     rows = rows[rows["dtype"] == dtype]
     if rows.empty:
         raise ConfigError(field, version, f"a GEMM table with {dtype} rows")
@@ -171,19 +178,18 @@ def read(root: Path, framework: str, version: str | None = None,
         choice = find_table(root, op, framework, table, version)
         if choice is None:
             continue
-        df = _read(choice, root)
         used[family] = choice
         if family == "gemm":
-            frames["gemm"] = conform("gemm", _gemm(df), str(choice.path))
+            frames["gemm"] = _rows(choice, root, "gemm", _gemm)
         elif family.startswith("attention"):
-            fam = family
-            frames[fam] = conform(fam, _attention(df, fam.endswith("prefill")), str(choice.path))
+            shape = partial(_attention, prefill=family.endswith("prefill"))
+            frames[family] = _rows(choice, root, family, shape)
         elif family == "allreduce":
-            frames["comm"] = conform("comm", _allreduce(df), str(choice.path))
+            frames["comm"] = _rows(choice, root, "comm", _allreduce)
         elif family == "moe":
-            frames["moe"] = conform("moe", _moe(df), str(choice.path))
+            frames["moe"] = _rows(choice, root, "moe", _moe)
         elif family == "encoder_attention":
-            frames[family] = conform(family, _encoder(df), str(choice.path))
+            frames[family] = _rows(choice, root, family, _encoder)
     for dtype, v in (gemm_dtype_versions or {}).items():
         frames["gemm"], used[f"gemm_{dtype}"] = _gemm_rows_from(root, framework, dtype, str(v),
                                                                  frames.get("gemm"))
@@ -196,6 +202,6 @@ def read(root: Path, framework: str, version: str | None = None,
                           f"under {root}")
     if nccl is not None:
         used["nccl"] = nccl
-        rows = conform("comm", _nccl(_read(nccl, root)), str(nccl.path))
+        rows = _rows(nccl, root, "comm", _nccl)
         frames["comm"] = pd.concat([frames.get("comm", empty("comm")), rows], ignore_index=True)
     return frames, used

@@ -20,9 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.inputs import fields_of, read_csv
 from calibration.rows import conform, empty
 from sim.errors import ConfigError
 
+PROFILE = "a Vidur profiling CSV (a header row, then rows)"
 DEVICES = {"a100_80g_sxm": ("a100", ("a100", "a800")), "h100_sxm": ("h100", ("h100",)),
            "a40": ("a40", ("a40",))}
 
@@ -32,7 +34,7 @@ def _t(df: pd.DataFrame, op: str) -> pd.Series:
 
 
 def _mlp(path: Path, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    df = pd.read_csv(path)
+    df = read_csv(path, "data_dir", PROFILE)
     src = str(path.relative_to(root))
     T, tp = df["num_tokens"].astype(float), df["num_tensor_parallel_workers"].astype(float)
     H, Hkv, h = (df[c].astype(float) for c in ("n_head", "n_kv_head", "n_embd"))
@@ -54,7 +56,7 @@ def _mlp(path: Path, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _attention(path: Path, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    df = pd.read_csv(path)
+    df = read_csv(path, "data_dir", PROFILE)
     src = str(path.relative_to(root))
     tp = df["num_tensor_parallel_workers"].astype(float)
     H, Hkv = df["n_q_head"].astype(float), df["n_kv_head"].astype(float)
@@ -77,16 +79,17 @@ def _network(folder: Path, root: Path) -> pd.DataFrame:
         path = folder / name
         if not path.is_file():
             continue
-        df = pd.read_csv(path)
-        df = df[df["num_workers"] <= df["devices_per_node"]]
-        if kind == "p2p":
-            df = df[df["devices_per_node"] >= 2]
-        col = "all_reduce" if kind == "allreduce" else "send_recv"
-        frames.append(pd.DataFrame({"kind": kind, "impl": "nccl", "variant": "vidur",
-                                    "num_gpus": df["num_workers"].astype(float),
-                                    "nbytes": df["size"].astype(float), "dtype": "float16",
-                                    "latency_s": _t(df, col),
-                                    "source": str(path.relative_to(root))}))
+        df = read_csv(path, "data_dir", PROFILE)
+        with fields_of(path, "data_dir", PROFILE):
+            df = df[df["num_workers"] <= df["devices_per_node"]]
+            if kind == "p2p":
+                df = df[df["devices_per_node"] >= 2]
+            col = "all_reduce" if kind == "allreduce" else "send_recv"
+            frames.append(pd.DataFrame({"kind": kind, "impl": "nccl", "variant": "vidur",
+                                        "num_gpus": df["num_workers"].astype(float),
+                                        "nbytes": df["size"].astype(float), "dtype": "float16",
+                                        "latency_s": _t(df, col),
+                                        "source": str(path.relative_to(root))}))
     rows = pd.concat(frames, ignore_index=True) if frames else empty("comm")
     return conform("comm", rows, str(folder))
 
@@ -107,11 +110,13 @@ def read(root: Path, hardware: str) -> tuple[dict[str, pd.DataFrame], dict[str, 
                                 if any(x in p.parts for x in proxies))
     frames: dict[str, list[pd.DataFrame]] = {}
     for path in files["mlp"]:
-        g, e = _mlp(path, root)
+        with fields_of(path, "data_dir", PROFILE):
+            g, e = _mlp(path, root)
         frames.setdefault("gemm", []).append(g)
         frames.setdefault("elementwise", []).append(e)
     for path in files["attention"]:
-        pre, dec = _attention(path, root)
+        with fields_of(path, "data_dir", PROFILE):
+            pre, dec = _attention(path, root)
         frames.setdefault("attention_prefill", []).append(pre)
         frames.setdefault("attention_decode", []).append(dec)
     net = prof / "network" / f"{device}_dgx"

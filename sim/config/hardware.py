@@ -8,6 +8,11 @@ from sim.config.common import positive
 from sim.config.model import ModelConfig
 from sim.errors import ConfigError
 
+# GPU memory at most 1 PiB: thousands of times any GPU's (the largest hold 288 GB), and few
+# enough bytes that the KV blocks they make stay countable in the event loop's int64 counters
+# (an absurd 1e30 bytes would make ~1e26 blocks and overflow them).
+MAX_MEMORY_BYTES = 2**50
+
 
 @dataclass
 class HardwareConfig:
@@ -54,6 +59,10 @@ def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
     if not h.cuda_total_bytes >= 0:
         raise ConfigError("hardware.cuda_total_bytes", h.cuda_total_bytes,
                           "must be >= 0 (0: hbm_bytes)")
+    for f in ("hbm_bytes", "cuda_total_bytes"):
+        if getattr(h, f) > MAX_MEMORY_BYTES:
+            raise ConfigError(f"hardware.{f}", getattr(h, f), f"must be at most "
+                              f"{MAX_MEMORY_BYTES:.4g} bytes (1 PiB per GPU)")
     if h.internode_latency_us < 0:
         raise ConfigError("hardware.internode_latency_us", h.internode_latency_us, "must be >= 0")
     check_calibration_name("hardware.calibration", h.calibration)

@@ -8,6 +8,17 @@ from sim.config.common import DTYPE_BYTES, positive
 from sim.errors import ConfigError
 
 PREEMPTION_MODES = ("recompute", "swap")
+# The block sizes each engine takes (kv_cache.block_size is vLLM's block_size, SGLang's
+# page_size, TensorRT-LLM's tokens_per_block): vLLM's CacheConfig.block_size is a BlockSize,
+# Literal[1, 8, 16, 32, 64, 128, 256] (vllm/config/cache.py as of v0.11; sim.kv_rules models
+# 0.10.2-0.12.0); TensorRT-LLM's a power of 2 (docs/source/advanced/kv-cache-reuse.md:
+# "tokens_per_block must be a power of 2"); SGLang's any page size >= 1 (server_args
+# page_size, default 1; "every kernel backend is compatible with a page size > 1",
+# docs/advanced_features/attention_backend.md).
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+# Block counts at most this many: far above any GPU's (a few million), and within what the
+# compiled event loop's int64 counters hold.
+MAX_GPU_BLOCKS = 2**40
 
 
 @dataclass
@@ -58,11 +69,23 @@ def check_kv_cache(k: KVCacheConfig) -> None:
                           "0 unless kv_cache.prefix_caching=true (it holds cached blocks)")
     if k.swap_space_gib < 0:
         raise ConfigError("kv_cache.swap_space_gib", k.swap_space_gib, "must be >= 0")
-    if k.num_gpu_blocks is not None and k.num_gpu_blocks < 2:
+    if k.num_gpu_blocks is not None and not 2 <= k.num_gpu_blocks <= MAX_GPU_BLOCKS:
         raise ConfigError("kv_cache.num_gpu_blocks", k.num_gpu_blocks,
-                          "null (derive from memory) or an int >= 2")
+                          f"null (derive from memory) or an int >= 2 and <= {MAX_GPU_BLOCKS}")
     if k.other_memory_gib < 0:
         raise ConfigError("kv_cache.other_memory_gib", k.other_memory_gib, "must be >= 0")
+
+
+def check_block_size(k: KVCacheConfig, backend: str) -> None:
+    """``kv_cache.block_size`` is a size the engine ``backend`` (``backend.name``) takes."""
+    size = k.block_size
+    if backend == "vllm" and size not in VLLM_BLOCK_SIZES:
+        raise ConfigError("kv_cache.block_size", size, f"one of {list(VLLM_BLOCK_SIZES)}, the "
+                          "block sizes backend=vllm takes (vLLM's CacheConfig.block_size)")
+    if backend == "trtllm" and size & (size - 1):
+        raise ConfigError("kv_cache.block_size", size, "a power of 2 (e.g. 16, 32, 64, 128), "
+                          "the block sizes backend=trtllm takes (TensorRT-LLM's "
+                          "tokens_per_block)")
 
 
 # (group, schema name, dataclass) registered with Hydra by ``sim.app``

@@ -27,7 +27,8 @@ def _job(root, num: int, overrides: list[str], summary: dict | None = None,
 
 
 def test_run_report(tmp_path):
-    (tmp_path / "summary.json").write_text(json.dumps(SUMMARY))
+    outputs = ["requests.parquet", "latency_ecdf.png", "timeline.png"]  # the run's own files
+    (tmp_path / "summary.json").write_text(json.dumps({**SUMMARY, "outputs": outputs}))
     (tmp_path / "latency_ecdf.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     text = write_report(tmp_path).read_text()
     assert text.startswith("# Simulation run")

@@ -289,14 +289,17 @@ def test_constant_cost_model_steps_take_step_time(runs):
 
 
 def test_all_requests_too_long_are_rejected(runs):
-    run = _ok(runs["reject_all"])
+    run = runs["reject_all"]  # nothing completed: exit code 1 and the reasons, no table
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.describe()
     s, req = _summary(run), _requests(run)
     assert s["completed"] == 0
     assert s["rejected"] == 50
     assert s["rejected_reasons"] == {"exceeds_max_model_len": 50}
     assert (req["status"] == "rejected").all()
     assert (req["reject_reason"] == "exceeds_max_model_len").all()
-    assert re.search(r"^Rejected requests\s+50$", run.stdout, re.M)
+    assert ("error: no request completed: 50 rejected (exceeds_max_model_len: 50), 0 failed"
+            in run.stderr)
+    assert "Serving Benchmark Result" not in run.stdout
 
 
 def test_some_requests_too_long_are_rejected(runs):

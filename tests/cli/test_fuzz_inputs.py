@@ -162,8 +162,10 @@ def test_malformed_trace_is_one_clean_error_or_a_sound_run(trace_cfg, text):
     assert_clean_trace_error_or_sound_run(cfg)
 
 
-MOONCAKE_VALUES = st.one_of(NUMBERS, st.text(max_size=4), st.none(),
+MOONCAKE_VALUES = st.one_of(NUMBERS, st.text(max_size=4), st.none(), st.booleans(),
                             st.lists(st.integers(-3, 2**40), max_size=4))
+# lines Python's JSON parser cannot read: too deep, an integer of 5,000 digits
+UNREADABLE_JSON = ("[" * 100_000 + "]" * 100_000, '{"timestamp": ' + "9" * 5000 + "}")
 
 
 @st.composite
@@ -172,7 +174,8 @@ def mooncake_jsonl(draw) -> str:
     lines, t = [], 0
     for _ in range(draw(st.integers(0, 8))):
         if draw(st.integers(0, 9)) == 0:  # a line that is not JSON
-            lines.append(draw(st.sampled_from(["{", "[1, 2]", "nan", '{"timestamp": }'])))
+            lines.append(draw(st.sampled_from(["{", "[1, 2]", "nan", '{"timestamp": }',
+                                               *UNREADABLE_JSON])))
             continue
         t += draw(st.integers(0, 5000))
         rec = {"timestamp": t, "input_length": draw(st.integers(1, 5000)),
@@ -206,6 +209,7 @@ FIELDS = (
     "model.max_position_embeddings", "model.dtype", "model.num_experts",
     "model.num_experts_per_tok", "model.sliding_window", "model.layer_types",
     "hardware.bf16_flops", "hardware.fp8_flops", "hardware.hbm_bandwidth", "hardware.hbm_bytes",
+    "hardware.cuda_total_bytes",
     "hardware.nvlink_bandwidth", "hardware.pcie_bandwidth", "hardware.gpus_per_node",
     "hardware.num_sms", "hardware.internode_latency_us", "hardware.calibration", "backend.name",
     "scheduler.name", "scheduler.max_num_seqs", "scheduler.max_num_batched_tokens",

@@ -60,6 +60,13 @@ FILES = {
     "hf_zero_heads/config.json": json.dumps({**LLAMA, "num_attention_heads": 0}),
     "hf_text_layers/config.json": json.dumps({**LLAMA, "num_hidden_layers": "two"}),
     "hf_int8/config.json": json.dumps({**LLAMA, "torch_dtype": "int8"}),
+    "hf_deep/config.json": "[" * 100_000 + "]" * 100_000,
+    "hf_huge_int/config.json": json.dumps(LLAMA)[:-1] + ', "vocab_size": ' + "9" * 5000 + "}",
+    "bool_len.jsonl": '{"timestamp": 0, "input_length": true, "output_length": 5}\n',
+    "deep.jsonl": ('{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                   '{"timestamp": 1, "input_length": ' + "[" * 100_000 + "]" * 100_000 + "}\n"),
+    "huge_int.jsonl": '{"timestamp": 0, "input_length": ' + "9" * 5000 + ', "output_length": 5}\n',
+    "bad.csv.gz": b"\x1f\x8b" + b"not gzip after all",
 }
 SMALL = ("workload.num_requests=20", "plots=false")
 TRACE = ("workload=trace",)
@@ -110,6 +117,10 @@ CASES: dict[str, Case] = {
     "hf_config_field_type": C("model=hf_text_layers/config.json",
                               expect=("model.num_hidden_layers", "two"), via="compose"),
     "hf_config_dtype": C("model=hf_int8/config.json", expect=("model", "int8"), via="compose"),
+    "hf_config_too_deep": C("model=hf_deep/config.json", expect=("model", "hf_deep"),
+                            via="compose"),
+    "hf_config_huge_int": C("model=hf_huge_int/config.json", expect=("model", "hf_huge_int"),
+                            via="compose"),
     # ---- every number finite; the run's own fields
     "non_finite": C("hardware.hbm_bandwidth=nan", expect=("hardware.hbm_bandwidth=nan",)),
     "non_finite_slo": C("slo.ttft_ms=inf", expect=("slo.ttft_ms=inf",)),
@@ -129,6 +140,7 @@ CASES: dict[str, Case] = {
                             expect=("model.layer_types", "1 entries")),
     # ---- hardware
     "hardware_positive": C("hardware.num_sms=0", expect=("hardware.num_sms=0",)),
+    "hardware_memory_limit": C("hardware.hbm_bytes=1e30", expect=("hardware.hbm_bytes=1e+30",)),
     "fp8_flops_negative": C("hardware.fp8_flops=-1", expect=("hardware.fp8_flops=-1",)),
     "fp8_without_tensor_cores": C("model.dtype=fp8", "hardware=a100_80g_sxm",
                                   expect=("model.dtype='fp8'", "a100_80g_sxm")),
@@ -166,6 +178,10 @@ CASES: dict[str, Case] = {
     "preemption_mode": C("kv_cache.preemption=drop", expect=("kv_cache.preemption='drop'",)),
     "offload_without_prefix": C("kv_cache.cpu_offload_gb=4", expect=("kv_cache.cpu_offload_gb",)),
     "num_gpu_blocks_small": C("kv_cache.num_gpu_blocks=1", expect=("kv_cache.num_gpu_blocks=1",)),
+    "num_gpu_blocks_limit": C("kv_cache.num_gpu_blocks=10000000000000000000",
+                              expect=("kv_cache.num_gpu_blocks=10000000000000000000",)),
+    "kv_block_size_backend": C("kv_cache.block_size=17",
+                               expect=("kv_cache.block_size=17", "[1, 8, 16, 32, 64, 128, 256]")),
     # ---- parallel layout, memory fit, cluster
     "model_does_not_fit": C("model=llama3_70b",
                             expect=("cluster.tensor_parallel_size=1", "llama3_70b"), via="cli"),
@@ -304,6 +320,14 @@ CASES: dict[str, Case] = {
     "trace_jsonl_missing_key": C(*TRACE, "workload.trace_path=no_key.jsonl",
                                  expect=("workload.trace_path", "line 1 lacks",
                                          "output_length")),
+    "trace_jsonl_not_a_number": C(*TRACE, "workload.trace_path=bool_len.jsonl",
+                                  expect=("bool_len.jsonl", "line 1: 'input_length' is true")),
+    "trace_jsonl_too_deep": C(*TRACE, "workload.trace_path=deep.jsonl",
+                              expect=("deep.jsonl", "line 2 ")),
+    "trace_jsonl_huge_int": C(*TRACE, "workload.trace_path=huge_int.jsonl",
+                              expect=("huge_int.jsonl", "line 1 ")),
+    "trace_bad_compression": C(*TRACE, "workload.trace_path=bad.csv.gz",
+                               expect=("workload.trace_path", "bad.csv.gz")),
     "trace_no_rows": C(*TRACE, "workload.trace_path=header_only.csv",
                        expect=("workload.trace_path", "header_only.csv")),
     "trace_not_a_number": C(*TRACE, "workload.trace_path=text_len.csv",
@@ -361,9 +385,12 @@ def test_every_docs_row_has_a_case_and_every_case_a_row():
 
 
 def _write_files(root: Path) -> None:
-    for name, text in FILES.items():
+    for name, content in FILES.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
+        if isinstance(content, bytes):
+            (root / name).write_bytes(content)
+        else:
+            (root / name).write_text(content)
 
 
 def _check_line(name: str, line: str) -> None:
@@ -442,3 +469,18 @@ def test_the_default_config_and_every_shipped_workload_pass(case_dir, monkeypatc
                       [*DIFFUSION, "model=flux1_dev", "cluster.elastic=true",
                        "cluster.policy=priority", "cluster.batching.max_images=4"]):
             validate_config(compose("config", overrides=[*SMALL, *extra]))
+
+
+@pytest.mark.parametrize("backend, size, refused", [
+    ("vllm", 256, False), ("vllm", 1, False), ("vllm", 48, True), ("trtllm", 64, False),
+    ("trtllm", 48, True), ("sglang", 17, False), ("sglang", 1, False)])
+def test_block_size_is_one_the_backend_takes(backend, size, refused):
+    """``kv_cache.block_size`` by engine: vLLM's list, TensorRT-LLM's powers of 2, any page
+    size for SGLang (``sim.config.kv_cache.check_block_size``)."""
+    from sim.config.kv_cache import KVCacheConfig, check_block_size
+
+    if not refused:
+        check_block_size(KVCacheConfig(block_size=size), backend)
+        return
+    with pytest.raises(ConfigError, match=f"kv_cache.block_size={size}: .*backend={backend}"):
+        check_block_size(KVCacheConfig(block_size=size), backend)

@@ -1,5 +1,8 @@
 """Length distributions: fixed, uniform, exact truncated lognormal, empirical resampling."""
 
+import codecs
+import gzip
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -79,6 +82,7 @@ def test_empirical_resamples_only_column_values(tmp_path):
         ("input_tokens\n5\nx\n", "row 1"),
         ("input_tokens\n5\n0\n", "row 1"),
         ("input_tokens\n2.5\n", "row 0"),
+        ("input_tokens\n5\n\n\n0\n", r"row 1 \(line 5\)"),  # blank lines are lines
     ],
 )
 def test_empirical_bad_file(tmp_path, content, problem):
@@ -88,6 +92,13 @@ def test_empirical_bad_file(tmp_path, content, problem):
     with pytest.raises(WorkloadError, match=problem) as err:
         draw(LengthConfig(dist="empirical", path=str(path)))
     assert err.value.field == "workload.input.path"
+
+
+def test_empirical_file_is_read_by_its_content(tmp_path):
+    """A gzip file whatever its name, a byte-order mark: as ``read_trace`` reads them."""
+    path = tmp_path / "lengths.csv"
+    path.write_bytes(gzip.compress(codecs.BOM_UTF8 + b"input_tokens\n5\n17\n"))
+    assert set(draw(LengthConfig(dist="empirical", path=str(path))).tolist()) == {5, 17}
 
 
 lengths = st.one_of(

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import bz2
+import codecs
+import gzip
+import io
 import json
+import lzma
+import re
+import zipfile
 
 import numpy as np
 import pytest
@@ -79,9 +86,78 @@ def test_mooncake_json_lines_with_hash_ids(tmp_path):
                 '{"timestamp": 2, "input_length": 1, "output_length": 1}\n',
      "timestamp is not sorted: row 1"),
     ("h.jsonl", '{"timestamp": "noon", "input_length": 1, "output_length": 1}\n',
-     "column 'timestamp' row 0 .*'noon'"),
+     "line 1: 'timestamp' is \"noon\"; expected a JSON number"),
 ])
 def test_bad_published_traces_give_one_clear_error(tmp_path, name, text, problem):
     with pytest.raises(WorkloadError, match=problem) as err:
         read_trace(_write(tmp_path, name, text))
     assert err.value.field == "workload.trace_path" and "\n" not in str(err.value)
+
+
+MOONCAKE = "".join(json.dumps(r) + "\n" for r in (
+    {"timestamp": 0, "input_length": 100, "output_length": 10},
+    {"timestamp": 250, "input_length": 2000, "output_length": 1},
+    {"timestamp": 1500, "input_length": 37, "output_length": 400}))
+OURS = ("arrival_time_s,input_tokens,output_tokens\n"
+        "0,100,10\n0.25,2000,1\n1.5,37,400\n")
+
+
+def _zip(data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("trace", data)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress, _zip])
+@pytest.mark.parametrize("name, text", [("conversation_trace.jsonl.gz", MOONCAKE),
+                                        ("trace.jsonl", MOONCAKE), ("trace.csv", OURS),
+                                        ("trace.data", OURS)])
+def test_a_compressed_trace_is_read_by_its_content_whatever_its_name(tmp_path, compress, name,
+                                                                      text):
+    path = tmp_path / name
+    path.write_bytes(compress(text.encode()))
+    _check(read_trace(str(path)))
+
+
+@pytest.mark.parametrize("name, text", [("bom.jsonl", MOONCAKE), ("bom.csv", OURS),
+                                        ("bom_crlf.csv", OURS.replace("\n", "\r\n"))])
+def test_a_byte_order_mark_is_ignored(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(codecs.BOM_UTF8 + text.encode())
+    _check(read_trace(str(path)))
+
+
+@pytest.mark.parametrize("text, problem", [
+    # the second record is line 2: no header in JSON lines
+    ('{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
+     '{"timestamp": 5, "input_length": -3, "output_length": 1}\n',
+     r"column 'input_length' row 1 \(line 2\) is -3"),
+    # blank lines count as an editor counts them
+    ('\n{"timestamp": 0, "input_length": 1, "output_length": 1}\n\n\n'
+     '{"timestamp": 5, "input_length": 1, "output_length": 2.5}\n',
+     r"column 'output_length' row 1 \(line 5\) is 2.5"),
+    ('{"timestamp": 9, "input_length": 1, "output_length": 1}\n\n'
+     '{"timestamp": 2, "input_length": 1, "output_length": 1}\n',
+     r"timestamp is not sorted: row 1 \(line 3\)"),
+    ('{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1]}\n\n'
+     '{"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [' + "9" * 400 + ']}\n'
+     '{"timestamp": 2, "input_length": ' + "9" * 400 + ', "output_length": 1}\n',
+     r"column 'input_length' row 2 \(line 4\) is inf; expected a finite number"),
+])
+def test_json_lines_errors_name_the_line_of_the_file(tmp_path, text, problem):
+    with pytest.raises(WorkloadError, match=problem):
+        read_trace(_write(tmp_path, "t.jsonl", text))
+
+
+@pytest.mark.parametrize("value", ["true", "false", '"100"', "null", "[100]", "{}"])
+@pytest.mark.parametrize("key", ["timestamp", "input_length", "output_length"])
+def test_json_lines_numbers_are_json_numbers(tmp_path, key, value):
+    """``"input_length": true`` is no 1-token prompt, nor ``"100"`` a length."""
+    rec = {"timestamp": 0, "input_length": 10, "output_length": 5}
+    text = json.dumps(rec) + "\n" + json.dumps(rec).replace(f'"{key}": {rec[key]}',
+                                                            f'"{key}": {value}') + "\n"
+    with pytest.raises(WorkloadError, match=f"line 2: '{key}' is {re.escape(value)}; expected "
+                       "a JSON number") as err:
+        read_trace(_write(tmp_path, "t.jsonl", text))
+    assert "\n" not in str(err.value)

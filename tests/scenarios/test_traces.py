@@ -1,10 +1,15 @@
 """Trace replay: reading, windowing, scaling, hash_ids, and one clear error per bad trace."""
 
+import os
+import signal
+import threading
+
 import numpy as np
 import pytest
 
 from scenarios import WorkloadConfig, WorkloadError, build_requests
-from scenarios.traces import read_trace, window_trace
+from scenarios.traces import read_job_trace, read_trace, window_trace
+from scenarios.workload import check_workload_files
 
 TRACE = """arrival_time_s,input_tokens,output_tokens,hash_ids
 0.0,10,5,0 1
@@ -112,3 +117,70 @@ def test_zero_lengths_need_an_override(tmp_path):
     with pytest.raises(WorkloadError, match="output_tokens is 0 at row 0.*workload.output_tokens"):
         build(trace_path=path)
     assert build(trace_path=path, output_tokens=1)["output_tokens"].tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("text, line", [
+    (HEAD + "0,1,1\n\n\n1,-4,1\n", 5),  # blank lines
+    ("\n\n" + HEAD + "0,1,1\n1,-4,1\n", 5),  # blank lines before the header
+    ("arrival_time_s,input_tokens,output_tokens,note\n0,1,1,\"two\nlines\"\n1,-4,1,x\n", 4),
+    (HEAD.replace("\n", "\r\n") + "0,1,1\r\n\r\n1,-4,1\r\n", 4),
+])
+def test_csv_errors_name_the_line_of_the_file(tmp_path, text, line):
+    """The line an editor shows: blank lines and a quoted cell's line breaks count."""
+    with pytest.raises(WorkloadError, match=rf"'input_tokens' row 1 \(line {line}\) is '-4'"):
+        read_trace(write(tmp_path, text))
+
+
+@pytest.fixture
+def no_hang():
+    """Fail, rather than hang, when reading a FIFO blocks (a second read finds no writer)."""
+    def _raise(signum, frame):
+        raise TimeoutError("reading the FIFO blocked: it was read twice")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _validated_and_built(path: str):
+    """The request table of a trace replay after ``check_workload_files`` read the trace
+    first, as ``python -m sim`` does (validation, then the run)."""
+    w = WorkloadConfig(name="t", arrival="trace", trace_path=path)
+    check_workload_files(w)
+    return build_requests(w, np.random.default_rng(0), np.random.default_rng(1))
+
+
+def test_a_fifo_trace_is_read_once(tmp_path, no_hang):
+    path = tmp_path / "trace.fifo"
+    os.mkfifo(path)
+    writer = threading.Thread(target=lambda: path.write_text(TRACE), daemon=True)
+    writer.start()
+    df = _validated_and_built(str(path))
+    writer.join()
+    assert df["input_tokens"].tolist() == [10, 20, 30, 40, 50, 60]
+
+
+def test_a_piped_trace_is_read_once():
+    """``workload.trace_path=<(zcat trace.csv.gz)``: the shell passes ``/dev/fd/N``, a pipe."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, TRACE.encode())
+        os.close(write_fd)
+        df = _validated_and_built(f"/dev/fd/{read_fd}")
+    finally:
+        os.close(read_fd)
+    assert df["hash_ids"].tolist() == [(0, 1), (0, 2, 3), (), (9,), (0, 1, 4), (5,)]
+
+
+def test_a_piped_job_trace_is_read_once():
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, b"arrival_time_s,num_inference_steps,num_images\n0,28,1\n2,50,4\n")
+        os.close(write_fd)
+        first = read_job_trace(f"/dev/fd/{read_fd}")
+        again = read_job_trace(f"/dev/fd/{read_fd}")
+    finally:
+        os.close(read_fd)
+    assert first.equals(again) and again["steps"].tolist() == [28, 50]

@@ -12,7 +12,7 @@ from sim import simulate
 REPO = Path(__file__).resolve().parents[2]
 # entry points wire everything
 SHELLS = {"app.py", "__main__.py", "preflight.py", "explain.py", "validation.py",
-          "unused_settings.py"}
+          "unused_settings.py", "run_dir.py", "run_summary.py"}
 
 
 def test_same_seed_same_records(compose_cfg, requests_for):

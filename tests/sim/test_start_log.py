@@ -60,3 +60,14 @@ def test_run_meta_counts_concurrent_tokens_of_the_blocks_the_cache_has(compose_c
         derived = pool_memory_budgets(cfg)["mixed"].num_gpu_blocks
         assert meta["num_gpu_blocks"] == (blocks or derived)
         assert meta["max_concurrent_tokens"] == (blocks or derived) * 16
+
+
+def test_the_line_names_the_replica_count_and_expert_parallelism(compose_cfg, caplog):
+    with caplog.at_level(logging.INFO, logger="sim"):
+        log_memory_budgets(compose_cfg("model=qwen3_30b_a3b", "cluster.tensor_parallel_size=2",
+                                       "cluster.expert_parallel_size=2", "cluster.replicas=3"))
+    assert "on 3 replica(s) of 2×1 h100_sxm (tp × pp, ep 2, mixed pool)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sim"):
+        log_memory_budgets(compose_cfg("cluster=disagg"))
+    assert re.search(r"on \d+ replica\(s\) of .* ep 1, prefill pool", caplog.text)

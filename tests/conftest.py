@@ -1,0 +1,27 @@
+"""Fixtures every test directory shares."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """Commands run in-process configure logging the way Hydra does (handlers on the root
+    logger bound to the test's captured streams); put every logger's handlers back after each
+    test, so a later test does not log into a stream pytest has closed."""
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in
+                                      list(logging.root.manager.loggerDict))]
+    saved = {lg: (list(lg.handlers), lg.level, lg.propagate) for lg in loggers
+             if isinstance(lg, logging.Logger)}
+    yield
+    for lg, (handlers, level, propagate) in saved.items():
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
+        lg.propagate = propagate
+    for name in list(logging.root.manager.loggerDict):
+        lg = logging.getLogger(name)
+        if lg not in saved and isinstance(lg, logging.Logger):
+            lg.handlers.clear()
