@@ -238,7 +238,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def test_ctrl_c_on_the_cli_writes_partial_results_and_exits_130(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_an_interrupt_on_the_cli_writes_partial_results_and_exits_130(tmp_path, sig):
+    """Ctrl-C, and SIGTERM (what schedulers, ``timeout`` and container runtimes send)."""
     outdir, stdout = tmp_path / "run", tmp_path / "stdout.txt"
     with open(stdout, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "sim", "workload.num_requests=100000",
@@ -255,7 +257,7 @@ def test_ctrl_c_on_the_cli_writes_partial_results_and_exits_130(tmp_path):
         while not started.search(b"".join(err)):
             assert proc.poll() is None and time.monotonic() < deadline, b"".join(err)[-2000:]
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.wait(timeout=60)
     finally:
         proc.kill()
@@ -272,6 +274,7 @@ def test_ctrl_c_on_the_cli_writes_partial_results_and_exits_130(tmp_path):
     assert len(req) == 100000 and (req["status"] == "completed").sum() == doc["completed"]
     assert np.isnan(req.loc[req["status"] == "pending", "completion_s"]).all()
     assert "Completed requests" in stdout.read_text()
+    assert not run_is_complete(outdir)
 
 
 def _sweep(sweep_dir: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -19,7 +19,6 @@ import runpy
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -154,35 +153,6 @@ def test_a_run_where_nothing_completed_exits_1_with_the_reasons(tmp_path, capsys
 
 
 # ---- B. never lose or mix a result ---------------------------------------------------------
-
-
-def test_sigterm_on_the_cli_writes_partial_results(tmp_path):
-    outdir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "workload.num_requests=100000",
-                             "plots=false", "progress=true", f"hydra.run.dir={outdir}"],
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err: list[bytes] = []
-    reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(1), b"")))
-    reader.start()
-    started = re.compile(rb"simulating:[^\r\n]*\|\s*[1-9]\d*/100000")
-    deadline = time.monotonic() + 60
-    try:  # the progress bar has counted ended requests: the event loop is running
-        while not started.search(b"".join(err)):
-            assert proc.poll() is None and time.monotonic() < deadline, b"".join(err)[-2000:]
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        proc.kill()
-        reader.join()
-    stderr = b"".join(err).decode()
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "Traceback" not in stderr
-    notice = [ln for ln in stderr.splitlines() if ln.startswith("interrupted at ")]
-    assert len(notice) == 1 and f"in {outdir}/summary.json" in notice[0]
-    doc = _summary(outdir)
-    assert doc["partial"] is True and doc["unfinished"] > 0 and doc["completed"] > 0
-    assert not run_is_complete(outdir)
 
 
 def test_ctrl_c_while_plotting_keeps_the_metrics(tmp_path, monkeypatch, capsys):

@@ -238,8 +238,8 @@ class RooflineCostModel:
         host = self.host.time(S, R, T)
         if self.async_scheduling:  # only the host time the GPU's work does not cover shows
             host = np.maximum(0.0, host - gpu)
-        return gpu + host + self._dispatch(gpu, kernels), compute, memory, comm, \
-            host + self._dispatch(gpu, kernels)
+        host = host + self._dispatch(gpu, kernels)
+        return gpu + host, compute, memory, comm, host
 
     def _dispatch(self, gpu, kernels: int):
         """Eager mode: the time by which launching ``kernels`` one by one outlasts the GPU's
