@@ -41,7 +41,7 @@ from analysis.forecast import autoscaled_replicas, costs, peak_rates
 from analysis.report import json_safe, write_text
 from scenarios import WorkloadError, requests_for_seed
 from sim.app import register_configs
-from sim.errors import ConfigError, ctrl_c_exits
+from sim.errors import ConfigError, OutputError, ctrl_c_exits, report_error
 from sim.preflight import one_line
 from sim.validation import MAX_REPLICAS, validate_config
 
@@ -272,9 +272,8 @@ def main(cfg: DictConfig) -> None:
     outdir = Path(hc.runtime.output_dir)
     try:
         result = plan(cfg, outdir, list(hc.overrides.task))
-    except (ConfigError, WorkloadError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    except (ConfigError, WorkloadError, OutputError) as e:
+        sys.exit(report_error(e))
     text = describe(result)
     if not result["feasible"]:
         print(text, file=sys.stderr)

@@ -27,7 +27,7 @@ from hydra.errors import HydraException
 from analysis.inputs import output_dir, read_json, read_yaml
 from analysis.report import FAILED_JSON, SUMMARY_JSON, atomic_write
 from analysis.sweep_jobs import last_sweep_dirs
-from sim.errors import ConfigError
+from sim.errors import ConfigError, OutputError, report_error
 
 SUMMARY_STEM = "sweep_summary"
 BASE_COLUMNS = ("job", "dir", "status", "error")
@@ -180,21 +180,26 @@ def override_columns(table: pd.DataFrame) -> list[str]:
     return cols[cols.index("error") + 1:end]
 
 
+def swept_columns(table: pd.DataFrame) -> list[str]:
+    """The override columns whose values differ between jobs (all of them when none does):
+    the swept keys tell the jobs apart; the others are the same for every job."""
+    columns = override_columns(table)
+    return [c for c in columns if table[c].astype(str).nunique() > 1] or columns
+
+
 def failure_lines(table: pd.DataFrame) -> list[str]:
     """One line per job of a ``collect_sweep`` table that did not end ``ok``: its number,
     the overrides that differ between jobs (all of them when none does) and its error."""
-    columns = override_columns(table)
-    # the swept keys tell the jobs apart; the others are the same for every job
-    swept = [c for c in columns if table[c].astype(str).nunique() > 1] or columns
+    swept = swept_columns(table)
     lines = []
     for _, row in table[table["status"] != "ok"].iterrows():
-        given = " ".join(f"{c}={_text(row[c])}" for c in swept if not _missing(row[c]))
+        given = " ".join(f"{c}={override_text(row[c])}" for c in swept if not _missing(row[c]))
         lines.append(f"  job {row['job']} ({given or row['dir']}) {row['status']}: "
                      f"{row['error']}")
     return lines
 
 
-def _text(v: Any) -> str:
+def override_text(v: Any) -> str:
     """An override value as typed: ``4`` and ``true``, not ``4.0`` and ``True``."""
     if isinstance(v, (bool, np.bool_)):
         return str(bool(v)).lower()
@@ -221,9 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = write_sweep_summary(args.dir)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (ConfigError, OutputError) as e:
+        return report_error(e)
     table = pd.read_parquet(out)
     lines = failure_lines(table)
     print(f"{len(table)} jobs, {len(lines)} failed → {out} (and .csv)")

@@ -44,7 +44,7 @@ from analysis.steady import (
     warmup_cut,
 )
 from analysis.verdict import verdict_sentences
-from sim.errors import ConfigError
+from sim.errors import ConfigError, OutputError, report_error
 
 DEFAULT_METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
                    "request_throughput", "request_goodput")
@@ -251,9 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root, opts = parse_args(sys.argv[1:] if argv is None else argv)
         result = compare(root, opts)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (ConfigError, OutputError) as e:
+        return report_error(e)
     for line in result["verdicts"]:
         print(line)
     print(f"wrote {root / 'compare.md'}, compare.json and {len(result['plots'])} plots")

@@ -3,6 +3,8 @@ section "Diffusion")."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -41,9 +43,11 @@ def _reasons(jobs: pd.DataFrame, status: str, column: str) -> dict:
     return jobs.loc[jobs["status"] == status, column].value_counts().to_dict()
 
 
-def summarize_jobs(records: DiffusionRecords) -> dict:
+def summarize_jobs(records: DiffusionRecords,
+                   percentiles: Sequence[float] | None = None) -> dict:
     """Every diffusion metric of one run, flat and JSON-ready (``jobs_*`` counts, job latency,
-    queue and service statistics, throughputs, GPU utilization, preemptions, restarts)."""
+    queue and service statistics, throughputs, GPU utilization, preemptions, restarts); the
+    time statistics have the percentiles of ``analysis.metrics.stat_labels(percentiles)``."""
     jobs, meta = records.jobs, records.meta
     times = per_job_times(jobs)
     completed = len(times)
@@ -68,7 +72,7 @@ def summarize_jobs(records: DiffusionRecords) -> dict:
         "videos_per_hour": per_h(int(video.sum())),
     }
     for name in ("job_latency_s", "job_queue_s", "job_service_s"):
-        s.update(value_stats(name, times[name].to_numpy(float)))
+        s.update(value_stats(name, times[name].to_numpy(float), percentiles))
     sps = times["steps_per_s"].to_numpy(float)
     s["mean_steps_per_s"] = float(sps.mean()) if completed else float("nan")
     s["median_steps_per_s"] = float(np.median(sps)) if completed else float("nan")

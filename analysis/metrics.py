@@ -2,14 +2,81 @@
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
 from analysis.config import slo_is_set
 from sim.cost.base import BOUNDS
+from sim.errors import ConfigError
 from sim.records import Records
 
-PERCENTILES = (("median", 50), ("p90", 90), ("p99", 99))
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)  # reported when a summary is given none
+
+
+@dataclass
+class MetricsConfig:
+    """Schema of the ``metrics`` node: the latency percentiles a run reports, as
+    ``vllm bench serve --metric-percentiles`` (50 is ``median_``, reported in any case)."""
+
+    percentiles: list[float] = field(default_factory=lambda: list(DEFAULT_PERCENTILES))
+
+
+def check_metrics(metrics) -> None:
+    """``metrics.percentiles``: at least one, each in (0, 100], none twice."""
+    qs = list(metrics.percentiles)
+    if not qs:
+        raise ConfigError("metrics.percentiles", qs, "at least one percentile in (0, 100], "
+                          "e.g. [50,90,99]")
+    seen = set()
+    for q in qs:
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not (
+                math.isfinite(q) and 0 < q <= 100):
+            raise ConfigError("metrics.percentiles", q, "each percentile a number in (0, 100]")
+        if float(q) in seen:
+            raise ConfigError("metrics.percentiles", q,
+                              "listed twice: each percentile at most once")
+        seen.add(float(q))
+
+
+def percentile_label(q: float) -> str:
+    """vLLM's name of percentile ``q``: ``median`` for 50, else ``p`` and the number as
+    ``vllm bench serve`` writes it (``p99``, ``p99.9``)."""
+    q = float(q)
+    if q == 50:
+        return "median"
+    return f"p{int(q) if q.is_integer() else q}"
+
+
+def stat_labels(percentiles: Sequence[float] | None = None) -> list[tuple[str, float]]:
+    """(label, q) of each percentile a summary reports: ``median`` first (vLLM reports it
+    whatever ``--metric-percentiles`` asks), then the others of ``percentiles``
+    (``DEFAULT_PERCENTILES`` when None) in their order."""
+    qs = DEFAULT_PERCENTILES if percentiles is None else percentiles
+    return [("median", 50.0), *((percentile_label(q), float(q)) for q in qs
+                                if float(q) != 50)]
+
+
+_LABEL = re.compile(r"p(\d+(?:\.\d+)?(?:e[+-]?\d+)?)")  # percentile_label's p99, p99.9
+
+
+def percentile_of(label: str) -> float:
+    """The percentile a ``percentile_label`` names (``median`` → 50, ``p99.9`` → 99.9)."""
+    return 50.0 if label == "median" else float(label[1:])
+
+
+def reported_labels(keys, name: str) -> list[str]:
+    """The percentile labels among ``keys`` (a summary's, a sweep table's columns) for metric
+    ``name``: ``median`` first when there, then each ``p<q>`` in the keys' order."""
+    keys = [str(k) for k in keys]
+    suffix = f"_{name}"
+    found = [k[:-len(suffix)] for k in keys if k.endswith(suffix)
+             and _LABEL.fullmatch(k[:-len(suffix)])]
+    return (["median"] if f"median{suffix}" in keys else []) + found
 
 
 def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
@@ -30,15 +97,18 @@ def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def value_stats(name: str, values: np.ndarray) -> dict:
-    """``mean_``, ``median_``, ``p90_`` and ``p99_`` of ``name`` over the finite ``values``
-    (NaN when there are none)."""
+def value_stats(name: str, values: np.ndarray,
+                percentiles: Sequence[float] | None = None) -> dict:
+    """``mean_``, ``median_`` and each percentile's (``stat_labels``: by default ``p90_``,
+    ``p99_``) statistic of ``name`` over the finite ``values`` (NaN when there are none)."""
     values = values[np.isfinite(values)]
+    labels = stat_labels(percentiles)
     if not len(values):
-        return {f"{p}_{name}": float("nan") for p in ("mean", "median", "p90", "p99")}
+        return {f"{p}_{name}": float("nan") for p in ("mean", *(lb for lb, _ in labels))}
     d = {f"mean_{name}": float(values.mean())}
-    for label, q in PERCENTILES:
-        d[f"{label}_{name}"] = float(np.percentile(values, q))
+    qs = np.percentile(values, [q for _, q in labels])
+    for (label, _), v in zip(labels, qs, strict=True):
+        d[f"{label}_{name}"] = float(v)
     return d
 
 
@@ -53,9 +123,10 @@ def meets_slo(lat: pd.DataFrame, slo) -> pd.Series:
     return ok
 
 
-def summarize(records: Records, slo=None) -> dict:
+def summarize(records: Records, slo=None, percentiles: Sequence[float] | None = None) -> dict:
     """All summary metrics of one run, as a flat JSON-ready dict (``classes``, when the
-    requests have a ``request_class``, nests the same latency metrics per class)."""
+    requests have a ``request_class``, nests the same latency metrics per class); latencies
+    have the ``stat_labels`` of ``percentiles``."""
     req, tl = records.requests, records.timeline
     lat = per_request_latencies(req)
     completed = len(lat)
@@ -81,10 +152,10 @@ def summarize(records: Records, slo=None) -> dict:
         "output_throughput": per_s(out_tokens),
         "total_token_throughput": per_s(in_tokens + out_tokens),
     }
-    s.update(_latency_stats(lat))
+    s.update(_latency_stats(lat, percentiles))
     itl = records.itl
     s["mean_itl_ms"] = itl.total / itl.count * 1e3 if itl.count else float("nan")
-    for label, q in PERCENTILES:
+    for label, q in stat_labels(percentiles):
         s[f"{label}_itl_ms"] = itl.quantile(q / 100) * 1e3
     if slo_is_set(slo):
         good = int(meets_slo(lat, slo).sum())
@@ -103,7 +174,7 @@ def summarize(records: Records, slo=None) -> dict:
         }
     )
     if "request_class" in req:
-        s["classes"] = class_metrics(req, slo, per_s)
+        s["classes"] = class_metrics(req, slo, per_s, percentiles)
     return s
 
 
@@ -114,10 +185,10 @@ def _reasons(req: pd.DataFrame, status: str, column: str) -> dict:
     return req.loc[req["status"] == status, column].value_counts().to_dict()
 
 
-def _latency_stats(lat: pd.DataFrame) -> dict:
+def _latency_stats(lat: pd.DataFrame, percentiles: Sequence[float] | None = None) -> dict:
     d = {}
     for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
-        d.update(value_stats(name, lat[name].to_numpy(float)))
+        d.update(value_stats(name, lat[name].to_numpy(float), percentiles))
     return d
 
 
@@ -160,7 +231,8 @@ def cluster_metrics(req: pd.DataFrame, meta: dict) -> dict:
     return d
 
 
-def class_metrics(req: pd.DataFrame, slo, per_s) -> dict:
+def class_metrics(req: pd.DataFrame, slo, per_s,
+                  percentiles: Sequence[float] | None = None) -> dict:
     """Per request class: counts, latency statistics, goodput under ``slo`` and, when requests
     carry their own ``ttft_slo_ms``, the share that met it (rejections and failures count as
     misses)."""
@@ -171,7 +243,7 @@ def class_metrics(req: pd.DataFrame, slo, per_s) -> dict:
         failed = int((rows["status"] == "failed").sum())
         d = {"completed": completed, "rejected": rejected, "failed": failed,
              "request_throughput": per_s(completed)}
-        d.update(_latency_stats(lat))
+        d.update(_latency_stats(lat, percentiles))
         total = completed + rejected + failed
         if slo_is_set(slo):
             good = int(meets_slo(lat, slo).sum())

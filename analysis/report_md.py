@@ -13,7 +13,7 @@ import pandas as pd
 from analysis.inputs import fields_of, output_dir, read_json
 from analysis.report import write_text
 from analysis.verdict import fmt, fmt_pm, metric_label, metric_unit, setting_text
-from sim.errors import ConfigError
+from sim.errors import ConfigError, OutputError, report_error
 
 RUN_METRICS = ("offered_rate", "completed", "rejected", "request_throughput", "output_throughput",
                "request_goodput", "slo_attainment", "median_ttft_ms", "p99_ttft_ms",
@@ -194,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(args) != 1:
             raise ConfigError("DIR", " ".join(args) or None, "exactly one output directory")
         path = write_report(Path(args[0]))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (ConfigError, OutputError) as e:
+        return report_error(e)
     print(f"wrote {path}")
     return 0

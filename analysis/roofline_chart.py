@@ -18,7 +18,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from analysis.report import save_figure
+from analysis.report import make_folder, save_figure
 
 BOUND_COLORS = dict(zip(("compute", "memory", "comm", "host"), sns.color_palette("deep", 4),
                         strict=True))
@@ -115,7 +115,9 @@ def _label(ax, names: list[str], x: np.ndarray, y: np.ndarray, size: float = 8) 
 
 def write_roofline_chart(ops: pd.DataFrame, peaks: dict[str, float], bandwidth: float,
                          path: Path | str, title: str = "") -> Figure:
-    """Draw the chart (see ``roofline_figure``) and save it as a PNG at ``path``."""
+    """Draw the chart (see ``roofline_figure``) and save it as a PNG at ``path`` (its
+    folder made if missing)."""
     fig = roofline_figure(ops, peaks, bandwidth, title)
+    make_folder(Path(path).parent)
     save_figure(fig, Path(path), dpi=110, format="png")
     return fig

@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from analysis.inputs import output_dir
 from calibration.config import CONF_DIR, check, register
-from sim.errors import ConfigError
+from sim.errors import ConfigError, OutputError, report_error
 from sim.preflight import one_line
 
 register()
@@ -59,9 +59,8 @@ def _main(cfg: DictConfig) -> None:
         else:
             from calibration.check import run
             run(cfg, outdir)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    except (ConfigError, OutputError) as e:
+        sys.exit(report_error(e))
 
 
 def run_command(command: str, overrides: list[str]) -> int:

@@ -1,8 +1,9 @@
 """A workload's input file (a trace, an empirical length CSV), read once into memory.
 
 The readers parse the bytes read here, never the path, so what the file holds decides how it
-is read, whatever its name says: a gzip, bzip2, xz or zip file is decompressed (known by its
-first bytes), a UTF-8 byte-order mark is dropped. A pipe or FIFO (``<(zcat trace.jsonl.gz)``,
+is read, whatever its name says: a gzip, bzip2, xz, zip or (with the ``zstandard`` package,
+as for pandas) Zstandard file is decompressed (known by its first bytes), a UTF-8
+byte-order mark is dropped. A pipe or FIFO (``<(zcat trace.jsonl.gz)``,
 ``/dev/fd/N``) can be read only once, and a run reads its input twice (``validate_config``
 first, then the run itself), so a stream's content is kept for the process. An error about a
 row names the line of the file where the row starts, as an editor numbers it.
@@ -107,10 +108,28 @@ def _stream_content(path: str, device: int, inode: int) -> bytes:
         return f.read()
 
 
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _unzstd(data: bytes) -> bytes:
+    """A Zstandard frame's content, through the ``zstandard`` package (as pandas reads a
+    ``.zst`` file); without it, what to do instead."""
+    try:
+        import zstandard
+    except ImportError:
+        raise ValueError("the zstandard package is not installed: pip install zstandard, "
+                         "or decompress it first (zstd -d)") from None
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+            return reader.read()
+    except zstandard.ZstdError as e:
+        raise ValueError(str(e)) from None
+
+
 def _decompressed(data: bytes, path: str, field: str) -> bytes:
     """``data``, decompressed when its first bytes are those of a compression in
     ``COMPRESSIONS``."""
-    for magic, name, decompress in COMPRESSIONS:
+    for magic, name, decompress in (*COMPRESSIONS, (ZSTD_MAGIC, "zstd", _unzstd)):
         if data.startswith(magic):
             try:
                 return decompress(data)

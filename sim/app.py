@@ -36,6 +36,7 @@ from tqdm import tqdm
 from analysis.collect import FAILED_JSON, SUMMARY_JSON, write_sweep_summary
 from analysis.config import SLOConfig
 from analysis.diffusion_plots import write_diffusion_plots
+from analysis.metrics import MetricsConfig
 from analysis.plots import write_plots
 from analysis.report import (
     atomic_write,
@@ -74,6 +75,7 @@ from sim.job_process import (
 )
 from sim.kv_cache import kv_blocks
 from sim.memory import GIB
+from sim.run_dir import release_run_dir
 from sim.run_summary import nothing_completed, summarize_run, what_was_left
 from sim.validation import check_job_models, validate_config
 
@@ -93,6 +95,7 @@ class Config:
     cluster: ClusterConfig = MISSING
     workload: WorkloadConfig = MISSING
     slo: SLOConfig = MISSING
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     cost_model: Any = MISSING
     seed: int = 0
     progress: str = "auto"
@@ -349,6 +352,7 @@ def single_run(cfg: DictConfig, outdir: Path) -> None:
     try:
         summary = run(cfg, outdir)
     except INPUT_ERRORS as e:
+        release_run_dir(outdir, HydraConfig.get().output_subdir)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except OutputError as e:

@@ -46,6 +46,13 @@ class InvariantError(AssertionError):
                 f"{detail}; requests {ids}{more}")
 
 
+def report_error(error: Exception) -> int:
+    """Print a command's error as its one line on stderr; the exit code it ends with: 2 for
+    bad input, ``OUTPUT_ERROR_EXIT_CODE`` for an output that could not be written."""
+    print(f"error: {error}", file=sys.stderr)
+    return OUTPUT_ERROR_EXIT_CODE if isinstance(error, OutputError) else 2
+
+
 class OutputError(OSError):
     """An output could not be written (a full disk, a read-only or missing folder): an
     ``OSError`` naming the file and the system's reason. Entry points print it as one line

@@ -23,9 +23,11 @@ DEGREES gpus=`` (``sim.diffusion.explain``).
 
 Default ``prefill:1x4096+decode:64x2000``. ``context=N`` is the sequence length at which the
 memory plan counts the maximum concurrent sequences (default: the longest sequence of the batch
-after this step, cached + new tokens). ``chart=PATH`` is where the roofline PNG goes: explain
-runs no Hydra job and so has no run dir, and the default is ``roofline.png`` in the current
-directory; ``chart=none`` skips it. Every other ``key=value`` is a ``python -m sim`` override.
+after this step, cached + new tokens). ``chart=PATH`` is where the roofline PNG goes; by
+default ``roofline.png`` in the output dir ``python -m sim`` would use with the same
+overrides (``hydra.run.dir``, ``outputs/<date>/<time>`` unless set), made only when the
+chart is written; ``chart=none`` skips it. Every other ``key=value`` is a ``python -m sim``
+override.
 
 It prints (1) every operator of the step with its count, FLOPs, bytes, arithmetic intensity,
 the GPU's balance point (peak FLOP/s ÷ memory bandwidth) for the dtype it runs in, the binding
@@ -42,13 +44,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from hydra import compose, initialize_config_module
 
 import sim.diffusion.explain as diffusion_explain
 import sim.memory as memory
 from analysis.inputs import output_file
 from analysis.roofline_chart import write_roofline_chart
 from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
-from sim.errors import ConfigError
+from sim.errors import ConfigError, OutputError, report_error
 from sim.kv_cache import kv_blocks
 from sim.kv_rules import startup_lines
 from sim.preflight import compose_or_exit
@@ -225,15 +228,21 @@ def context_of(cfg, text: str) -> int:
     return int(text)
 
 
-def chart_path(own: dict[str, str]) -> Path | None:
-    """Where ``chart=`` puts the roofline PNG (None: no chart), its folder made; a path that
-    is a folder or lies under a file is an error before any work."""
-    chart = own.get("chart", "roofline.png")
+def run_dir(overrides: list[str]) -> Path:
+    """The output dir ``python -m sim`` would use with ``overrides`` (``hydra.run.dir``)."""
+    own = [o for o in overrides if o.lstrip("+").startswith("hydra.run.dir=")]
+    with initialize_config_module("conf", version_base=None):
+        return Path(compose("config", overrides=own, return_hydra_config=True).hydra.run.dir)
+
+
+def chart_path(own: dict[str, str], overrides: list[str]) -> Path | None:
+    """Where the roofline PNG goes (None: ``chart=none``): ``chart=``, else ``roofline.png``
+    in the run's output dir; a path that is a folder or lies under a file is an error
+    before any work."""
+    chart = own.get("chart", str(run_dir(overrides) / "roofline.png"))
     if chart.lower() in ("none", "null", "false", ""):
         return None
-    path = output_file(chart, "chart")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+    return output_file(chart, "chart")
 
 
 def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict | None) -> str:
@@ -291,13 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     own, overrides = split_args(argv)
     cfg = plain(compose_or_exit(overrides))
     try:
-        chart = chart_path(own)
+        chart = chart_path(own, overrides)
         if getattr(cfg.model, "kind", "llm") == "diffusion":
-            return _explain_diffusion(cfg, own)
+            return _explain_diffusion(cfg, own, chart)
         return _explain_step(cfg, own, chart)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (ConfigError, OutputError) as e:
+        return report_error(e)
 
 
 def _explain_step(cfg, own: dict[str, str], chart: Path | None) -> int:
@@ -328,14 +336,14 @@ def _explain_step(cfg, own: dict[str, str], chart: Path | None) -> int:
     return 0
 
 
-def _explain_diffusion(cfg, own: dict[str, str]) -> int:
+def _explain_diffusion(cfg, own: dict[str, str], chart: Path | None) -> int:
     """A diffusion pipeline's job, stage by stage (``sim.diffusion.explain``)."""
     wrong = [k for k in LLM_KEYS if k in own]
     if wrong:
         raise ConfigError(wrong[0], own[wrong[0]], f"only for an LLM; {cfg.model.name} is "
                           "a diffusion pipeline: use job=, plan=, gpus=, steps=, images=, "
                           "guidance= (see --help)")
-    return diffusion_explain.run(cfg, own)
+    return diffusion_explain.run(cfg, own, chart)
 
 
 if __name__ == "__main__":

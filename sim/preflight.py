@@ -30,7 +30,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sim.errors import ConfigError
 from sim.hf_config import config_path, read_hf_config
+from sim.hints import config_keys, did_you_mean, field_names, flag_hint, repo_id_hint
 
+# Hydra's own command-line flags (``python -m sim --help``); any other flag is a mistake
+HYDRA_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--resolve",
+               "-p", "--package", "-m", "--multirun", "-sc", "--shell-completion", "-cp",
+               "--config-path", "-cn", "--config-name", "-cd", "--config-dir",
+               "--experimental-rerun", "-i", "--info", "--run", "-r"}
 BASE_MODEL = "base_model"  # the schema itself, registered as an option of group model
 # OmegaConf can neither merge a dict into a structured field that is null nor set a key
 # inside it, so such a field is set where it is defined
@@ -53,8 +59,13 @@ def one_line(e: BaseException) -> str:
     if isinstance(e, MissingConfigException) and e.missing_cfg_file:
         group, _, option = str(e.missing_cfg_file).rpartition("/")
         options = [o for o in (e.options or []) if not o.startswith("base_")]
+        if group == "model" and "@" in option:  # replayed from a run's overrides.yaml
+            return (f"model={option!r}: the name another run gave the config.json it read; "
+                    "pass model=<the path of that config.json> again (that run's "
+                    ".hydra/config.yaml lists the fields it read)")
         if group:
-            return f"{group}={option!r}: unknown option; available: {', '.join(options)}"
+            return (f"{group}={option!r}: unknown option{did_you_mean(option, options)}; "
+                    f"available: {', '.join(options)}")
     cause = e
     while _cause(cause) is not None and not isinstance(cause, OmegaConfBaseException):
         cause = _cause(cause)
@@ -63,7 +74,17 @@ def one_line(e: BaseException) -> str:
     lines = [ln for ln in lines if not ln.startswith(("full_key", "reference_type",
                                                       "object_type", "To append"))]
     msg = "; ".join(lines[:2]) if lines else type(cause).__name__
+    unknown = getattr(cause, "key", None)
+    if isinstance(unknown, str) and msg.startswith(f"Key '{unknown}' not in"):
+        msg += did_you_mean(unknown, field_names(getattr(cause, "object_type", None)))
     return f"{key}: {msg}" if key else msg
+
+
+def config_error_line(e: ConfigError) -> str:
+    """The one line printed for a ``ConfigError`` raised while reading overrides, with a
+    hint when a ``model=`` value is a Hugging Face repo id rather than a local path."""
+    hint = repo_id_hint(str(e.value)) if e.field == "model" else ""
+    return f"error: {e}{hint}"
 
 
 def is_model_path(value: str) -> bool:
@@ -138,7 +159,7 @@ def compose_or_exit(overrides: list[str]):
     try:
         overrides = expand_model_path(overrides)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(config_error_line(e), file=sys.stderr)
         sys.exit(2)
     return compose_each_or_exit([overrides])[0]
 
@@ -174,10 +195,11 @@ def check_overrides(argv: list[str]) -> None:
     A ``model=<config.json>`` override is expanded in place, in ``sys.argv`` too when
     ``argv`` is ``sys.argv[1:]`` (what ``python -m sim`` passes), so Hydra's main sees it.
     """
+    refuse_unknown_flags(argv)
     try:
         expanded = expand_model_path(argv)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(config_error_line(e), file=sys.stderr)
         sys.exit(2)
     if expanded != argv:
         if sys.argv[1:] == argv:
@@ -191,6 +213,20 @@ def check_overrides(argv: list[str]) -> None:
     elif set(flags) <= {"-m", "--multirun"}:
         compose_each_or_exit(sweep_variants(own))
     # --help, --cfg, ...: Hydra handles these itself
+
+
+def refuse_unknown_flags(argv: list[str]) -> None:
+    """Exit with one line and code 2 at the first flag that is not Hydra's (``--model X``,
+    ``--max-num-seqs 64``: ``vllm`` habits), naming the override it stands for."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("-") and arg.partition("=")[0] not in HYDRA_FLAGS:
+            import sim.app  # noqa: F401  (registers the schemas)
+
+            with initialize_config_module("conf", version_base=None):
+                keys = config_keys(compose("config"))
+            after = argv[i + 1] if i + 1 < len(argv) and "=" not in argv[i + 1] else None
+            print(f"error: {flag_hint(arg, after, keys)}", file=sys.stderr)
+            sys.exit(2)
 
 
 def sweep_variants(overrides: list[str]) -> list[list[str]]:

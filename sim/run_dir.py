@@ -5,7 +5,8 @@ runs, so by the time ``sim.app.main`` could look, a second run would already hav
 the first one's config. ``on_run_start`` and ``on_multirun_start`` come before that: there a
 folder that already holds a run (``.hydra/``, ``summary.json``, ``failed.json``, a table) or
 a sweep (``multirun.yaml``, job folders) is refused with one line and exit code 2, unless
-``resume=true`` says to reuse it (skip what is complete, rerun the rest in place). The
+``resume=true`` says to reuse it (skip what is complete, rerun the rest in place); a run
+refused for bad input gives its folder back (``release_run_dir``). The
 folder is claimed atomically (``mkdir .hydra`` for a run, an exclusive ``multirun.yaml`` for
 a sweep), so of two runs started at once into one folder exactly one goes on. A folder that
 cannot be made or written is one line and exit code 2 too, as for the other commands'
@@ -15,6 +16,7 @@ output folders (``analysis.inputs.output_dir``).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -105,6 +107,22 @@ def claim_sweep_dir(folder: Path, resume: bool) -> None:
         _refuse(f"{key}={folder} already holds a sweep: choose another folder with "
                 f"{key}=NEW_DIR, or add resume=true to finish it there (complete jobs of "
                 "the same config are skipped)")
+
+
+def release_run_dir(folder: Path, subdir: str | None) -> None:
+    """Give back the folder of a run refused before it simulated (bad input): remove what
+    Hydra wrote (``subdir``, ``<job>.log``) when the folder holds no run's outputs, and the
+    folder itself when that leaves it empty, so the corrected command can run there."""
+    if any((folder / name).exists() for name in RUN_MARKS):
+        return  # a resumed run's folder: its outputs stay, and so does its claim
+    if subdir is not None:
+        shutil.rmtree(folder / subdir, ignore_errors=True)
+    for log in folder.glob("*.log"):
+        log.unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # it holds the user's own files: leave them and the folder
 
 
 class OneRunPerDir(Callback):

@@ -34,13 +34,13 @@ def summarize_run(cfg: DictConfig, records, job_records) -> dict:
         info["cluster"] = cfg.cluster.name
     summary = {}
     if records is not None:
-        summary.update(summarize(records, cfg.slo))
+        summary.update(summarize(records, cfg.slo, cfg.metrics.percentiles))
         summary.update(info)
         summary.update(run_state(records))
         load = request_load(records.requests, summary["request_throughput"], until)
         summary.update(load.fields())
     if job_records is not None:
-        summary.update(summarize_jobs(job_records))
+        summary.update(summarize_jobs(job_records, cfg.metrics.percentiles))
         load = job_load(job_records.jobs, summary["jobs_per_hour"] / 3600.0, until)
         summary.update(load.fields("jobs_"))
         if records is None:

@@ -23,7 +23,7 @@ groups and have no better home live here. In order:
    jobs, every shape the workload can draw against its pipeline, whatever the job cost
    (``sim.diffusion.shapes.check_workload_shapes``: the pipeline exists, sizes, frames, the
    fixed plan), with a warning for a video pipeline asked for one frame;
-7. the SLO's bounds;
+7. the SLO's bounds, then the latency percentiles to report (``metrics.percentiles``);
 8. not a check but a warning: fields set that the chosen options do not read
    (``sim.unused_settings``).
 
@@ -46,6 +46,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.config import check_slo
+from analysis.metrics import check_metrics
 from scenarios import check_workload
 from scenarios.diffusion import check_job_files
 from scenarios.traces import MAX_TIME_S
@@ -108,6 +109,9 @@ def validate_config(cfg: Any) -> None:
         check_job_files(cfg.workload)
         check_job_shapes(cfg)
     check_slo(cfg.slo)
+    metrics = getattr(cfg, "metrics", None)  # None: a config built without the run schema
+    if metrics is not None:
+        check_metrics(metrics)
     for line in unused_settings(cfg):  # valid, but set without effect: say so
         log.warning(line)
 

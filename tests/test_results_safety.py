@@ -180,6 +180,21 @@ def test_a_second_run_into_the_same_dir_is_refused(tmp_path, capsys):
     assert {p: (tmp_path / p).read_bytes() for p in before} == before
 
 
+def test_a_run_refused_for_bad_input_gives_its_dir_back(tmp_path, capsys):
+    """The config composes but fails validation in the app (the model does not fit one
+    GPU): the folder is left as it was, so the corrected command runs there."""
+    run_dir = tmp_path / "run"
+    assert _main(*TINY, "model=llama3_405b", f"hydra.run.dir={run_dir}") == 2
+    assert not run_dir.exists()
+    assert _main(*TINY, f"hydra.run.dir={run_dir}") == 0
+    assert _summary(run_dir)["completed"] == 20
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "notes.txt").write_text("mine")
+    assert _main(*TINY, "model=llama3_405b", f"hydra.run.dir={own}") == 2
+    assert sorted(p.name for p in own.iterdir()) == ["notes.txt"]
+
+
 def test_resume_rerun_leaves_no_file_of_the_earlier_run(tmp_path):
     assert _main("workload.num_requests=20", "progress=false", f"hydra.run.dir={tmp_path}") == 0
     assert (tmp_path / "timeline.png").is_file()

@@ -12,7 +12,8 @@ Arguments (``key=value``; every other one is a ``python -m sim`` override):
   data, tensor);
 - ``gpus=N`` (with ``plan=auto``; default and most ``hardware.gpus_per_node``: a job runs on
   one node's GPUs);
-- ``chart=PATH|none``: the roofline PNG of the denoising step (default ``roofline.png``).
+- ``chart=PATH|none``: the roofline PNG of the denoising step (default: ``roofline.png`` in
+  the run's output dir, as for an LLM step).
 
 It prints, per stage (text encoding once per job, one denoising step, the VAE decode once per
 job), every operator with its count, FLOPs, bytes, arithmetic intensity, the balance point of
@@ -255,8 +256,9 @@ def _closing(cost: DiffusionCostModel, shape: JobShape, timing: JobTiming, one_g
             "modulation GEMMs; the VAE strips' halos)")
 
 
-def run(cfg, own: dict[str, str]) -> int:
-    """Explain one diffusion job of ``cfg.model`` (module doc); prints, writes the chart."""
+def run(cfg, own: dict[str, str], chart: Path | None) -> int:
+    """Explain one diffusion job of ``cfg.model`` (module doc); prints, writes the chart at
+    ``chart`` (None: none)."""
     cost = DiffusionCostModel.from_config(cfg)
     name = cfg.model.name
     pipe = cost.pipeline(name)
@@ -287,10 +289,9 @@ def run(cfg, own: dict[str, str]) -> int:
         raise
     out, step_table = report(cost, cfg, shape, plan, auto)
     print(out)
-    chart = own.get("chart", "roofline.png")
-    if chart.lower() not in ("none", "null", "false", ""):
+    if chart is not None:
         write_roofline_chart(step_table, {"bf16": float(cfg.hardware.bf16_flops)},
-                             float(cfg.hardware.hbm_bandwidth), Path(chart),
+                             float(cfg.hardware.hbm_bandwidth), chart,
                              f"{name} on {cfg.hardware.name}: one denoising step, "
                              f"plan {plan.label()}")
         print(f"roofline chart: {chart}")

@@ -95,18 +95,28 @@ def latent_tokens(pipe: DiffusionPipelineConfig, height: int, width: int, frames
     return math.ceil(f / d.patch_size_t) * (height // side) * (width // side)
 
 
+# far beyond any pipeline's use (samplers take 1-1,000 steps, videos a few hundred frames):
+# bounds that keep a job's FLOP counts finite, not limits of a model
+MAX_STEPS = 100_000
+MAX_IMAGES = 10_000
+MAX_SIDE = 65_536
+MAX_FRAMES = 100_000
+
+
 def check_shape(name: str, pipe: DiffusionPipelineConfig, height: int, width: int, frames: int,
                 prefix: str = "job") -> None:
     """Refuse a size the VAE and patching cannot take, naming ``<prefix>.height`` etc."""
     v, d = pipe.vae, pipe.dit
     side = v.spatial_compression * d.patch_size
     for field, value in (("height", height), ("width", width)):
+        if value > MAX_SIDE:
+            raise ConfigError(f"{prefix}.{field}", value, f"at most {MAX_SIDE:,} pixels")
         if value < 1 or value % side:
             raise ConfigError(f"{prefix}.{field}", value,
                               f"a positive multiple of {side} for {name} (VAE factor "
                               f"{v.spatial_compression} × patch size {d.patch_size})")
-    if frames < 1:
-        raise ConfigError(f"{prefix}.frames", frames, "must be >= 1")
+    if not 1 <= frames <= MAX_FRAMES:
+        raise ConfigError(f"{prefix}.frames", frames, f"a whole number in [1, {MAX_FRAMES:,}]")
     video = pipe.frames > 1 or v.temporal_compression > 1
     if not video and frames != 1:
         raise ConfigError(f"{prefix}.frames", frames, f"1: {name} makes images")
@@ -120,10 +130,12 @@ def check_shape(name: str, pipe: DiffusionPipelineConfig, height: int, width: in
 def resolve(shape: JobShape, pipe: DiffusionPipelineConfig, prefix: str = "job") -> Job:
     """``shape`` against ``pipe``: defaults for steps and guidance, checked size, latent grid."""
     check_shape(shape.model, pipe, shape.height, shape.width, shape.frames, prefix)
-    if shape.steps < 0:
-        raise ConfigError(f"{prefix}.steps", shape.steps, "must be >= 0 (0: the default)")
-    if shape.images < 1:
-        raise ConfigError(f"{prefix}.images", shape.images, "must be >= 1")
+    if not 0 <= shape.steps <= MAX_STEPS:
+        raise ConfigError(f"{prefix}.steps", shape.steps,
+                          f"a whole number in [0, {MAX_STEPS:,}] (0: the default)")
+    if not 1 <= shape.images <= MAX_IMAGES:
+        raise ConfigError(f"{prefix}.images", shape.images,
+                          f"a whole number in [1, {MAX_IMAGES:,}]")
     guidance = shape.guidance or pipe.guidance
     if guidance not in GUIDANCE_MODES:
         raise ConfigError(f"{prefix}.guidance", shape.guidance,

@@ -9,6 +9,7 @@ function in this process.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import runpy
@@ -28,6 +29,7 @@ from analysis.collect import main as collect_main
 from analysis.compare import main as compare_main
 from analysis.report_md import main as report_main
 from calibration.__main__ import main as calibration_main
+from sim.errors import OUTPUT_ERROR_EXIT_CODE
 from sim.explain import main as explain_main
 
 SILICON_HEADER = "id,backend,model_path,mode,isl,osl,silicon_ttft_ms,silicon_tpot_ms\n"
@@ -360,3 +362,24 @@ def test_read_only_sweep_is_one_line(command: str, sweep: Path, capsys):
         sweep.chmod(0o755)
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "is not writable" in lines[0], lines
+
+
+@pytest.mark.parametrize("command, extra", [
+    ("compare", ["plots=false"]), ("collect", []), ("report", []),
+    ("explain", ["batch=decode:1x100"])])
+def test_a_full_disk_is_one_line_and_exit_1(command: str, extra: list[str], sweep: Path,
+                                            tmp_path: Path, monkeypatch, capsys):
+    """A write that fails after the inputs were checked (the disk fills) is the command's
+    one line naming the file, and the exit code of an output error, not a traceback."""
+    def no_space(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_space)  # every atomic write ends in os.replace
+    argv = ([f"chart={tmp_path / 'roofline.png'}"] if command == "explain"
+            else [str(sweep)]) + extra
+    code = COMMANDS[command](argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == OUTPUT_ERROR_EXIT_CODE, err
+    assert len(lines) == 1 and lines[0].startswith("error: cannot write "), err
+    assert "No space left on device" in lines[0] and "Traceback" not in err

@@ -67,6 +67,7 @@ FILES = {
                    '{"timestamp": 1, "input_length": ' + "[" * 100_000 + "]" * 100_000 + "}\n"),
     "huge_int.jsonl": '{"timestamp": 0, "input_length": ' + "9" * 5000 + ', "output_length": 5}\n',
     "bad.csv.gz": b"\x1f\x8b" + b"not gzip after all",
+    "output_dir_used/.hydra/config.yaml": "{}",  # the cli case's own run dir: another run's
 }
 SMALL = ("workload.num_requests=20", "plots=false")
 TRACE = ("workload=trace",)
@@ -121,6 +122,15 @@ CASES: dict[str, Case] = {
                             via="compose"),
     "hf_config_huge_int": C("model=hf_huge_int/config.json", expect=("model", "hf_huge_int"),
                             via="compose"),
+    # ---- what the user probably meant (sim.hints), and output folders
+    "option_did_you_mean": C("model=llama3_8bb", expect=("model", "llama3_8bb"), via="cli"),
+    "key_did_you_mean": C("workload.rat=3", expect=("workload.rat",), via="cli"),
+    "vllm_flag": C("--model", "llama3_8b", expect=("--model",), via="cli"),
+    "hf_repo_id": C("model=meta-llama/Llama-3.1-8B", expect=("model", "meta-llama/Llama-3.1-8B",
+                                                             "model=llama3_8b"), via="compose"),
+    "model_option_of_another_run": C("model=Llama-3.1-8B@1a2b3c4d",
+                                     expect=("Llama-3.1-8B@1a2b3c4d",), via="cli"),
+    "output_dir_used": C(expect=("hydra.run.dir=", "output_dir_used"), via="cli"),
     # ---- every number finite; the run's own fields
     "non_finite": C("hardware.hbm_bandwidth=nan", expect=("hardware.hbm_bandwidth=nan",)),
     "non_finite_slo": C("slo.ttft_ms=inf", expect=("slo.ttft_ms=inf",)),
@@ -258,6 +268,8 @@ CASES: dict[str, Case] = {
                                   expect=("cluster.policy='lifo'",)),
     "gpus_per_job_over_node": C("cluster=diffusion", "cluster.gpus_per_job=16",
                                 expect=("cluster.gpus_per_job=16", "=8")),
+    "diffusion_job_limits": C(*DIFFUSION, "model=flux1_dev", "workload.steps=1000000",
+                              expect=("workload.steps=1000000",)),
     "diffusion_plan_product": C("cluster=diffusion", "cluster.parallel.ulysses=4",
                                 expect=("cluster.parallel='ulysses=4'", "=8",
                                         "multiply to 4")),
@@ -361,6 +373,9 @@ CASES: dict[str, Case] = {
                                expect=("workload.time_scale=100000000.0",)),
     # ---- SLO
     "slo_bound_positive": C("slo.ttft_ms=0", expect=("slo.ttft_ms=0",)),
+    # ---- metrics
+    "metric_percentiles_range": C("metrics.percentiles=[50,101]",
+                                  expect=("metrics.percentiles=101.0",)),
 }
 
 

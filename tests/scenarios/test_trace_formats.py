@@ -9,6 +9,7 @@ import io
 import json
 import lzma
 import re
+import sys
 import zipfile
 
 import numpy as np
@@ -118,6 +119,23 @@ def test_a_compressed_trace_is_read_by_its_content_whatever_its_name(tmp_path, c
     path = tmp_path / name
     path.write_bytes(compress(text.encode()))
     _check(read_trace(str(path)))
+
+
+def test_a_zstd_trace_is_read_with_zstandard(tmp_path):
+    zstandard = pytest.importorskip("zstandard", reason="zstandard (optional) not installed")
+    path = tmp_path / "conversation_trace.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(MOONCAKE.encode()))
+    _check(read_trace(str(path)))
+
+
+def test_a_zstd_trace_without_zstandard_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # import zstandard fails
+    path = tmp_path / "trace.jsonl.zst"
+    path.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(16))
+    with pytest.raises(WorkloadError, match=r"cannot decompress as zstd .*pip install "
+                                            r"zstandard.*zstd -d") as e:
+        read_trace(str(path))
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
 @pytest.mark.parametrize("name, text", [("bom.jsonl", MOONCAKE), ("bom.csv", OURS),

@@ -92,6 +92,20 @@ def test_cli_prints_table_kv_and_memory_plan(tmp_path, capsys):
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("model_args", [["batch=decode:8x100"], ["model=flux1_dev"]])
+def test_the_chart_goes_into_the_runs_output_dir_by_default(tmp_path, monkeypatch, capsys,
+                                                          model_args):
+    """No ``chart=``: ``roofline.png`` in the dir ``python -m sim`` would use with the same
+    overrides (``hydra.run.dir``, else ``outputs/<date>/<time>``), not the current folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*model_args, f"hydra.run.dir={tmp_path / 'mine'}"]) == 0
+    assert (tmp_path / "mine" / "roofline.png").is_file()
+    assert main(model_args) == 0
+    charts = list(tmp_path.glob("outputs/*/*/roofline.png"))
+    assert len(charts) == 1 and not (tmp_path / "roofline.png").exists()
+    assert f"roofline chart: {charts[0].relative_to(tmp_path)}" in capsys.readouterr().out
+
+
 def test_memory_plan_of_llama8b_on_h100(compose_cfg):
     cfg = plain(compose_cfg("model=llama3_8b", "hardware=h100_sxm"))
     plan = memory_plan(cfg, 2048)
