@@ -38,6 +38,7 @@ from analysis.capacity_config import check_capacity, preflight, register, slo_bo
 from analysis.capacity_report import plot_gpus
 from analysis.capacity_search import Evaluator, RateSearch, max_rate, replicas_for
 from analysis.forecast import autoscaled_replicas, costs, peak_rates
+from analysis.metrics import DEFAULT_PERCENTILES
 from analysis.report import json_safe, write_text
 from scenarios import WorkloadError, requests_for_seed
 from sim.app import register_configs
@@ -179,6 +180,11 @@ def plan_periods(cfg, ev: Evaluator, rate1: float) -> list[dict]:
 def plan(cfg, outdir: Path, base_overrides: list[str]) -> dict:
     """The whole capacity plan; writes ``capacity.json`` and its plot into ``outdir``."""
     check(cfg)
+    asked = list(getattr(getattr(cfg, "metrics", None), "percentiles", DEFAULT_PERCENTILES))
+    if asked != list(DEFAULT_PERCENTILES):
+        log.warning("metrics.percentiles=%s is ignored: a capacity plan is judged by "
+                    "capacity.slo, which names its own percentiles (capacity.slo.p99_ttft_ms)",
+                    asked)
     t0 = time.perf_counter()
     table, ev, search = None, None, None
     s = cfg.capacity.config_search

@@ -154,6 +154,9 @@ def check_capacity(c, workload, slo) -> None:
                           f"must be > capacity.search.min_rate={s.min_rate}")
     if s.rate_start is not None:
         _positive("capacity.search.rate_start", s.rate_start)
+    elif math.isinf(workload.rate):
+        raise ConfigError("workload.rate", workload.rate, "a finite first rate for the search "
+                          "(or set capacity.search.rate_start)")
     if s.max_simulations < 2:
         raise ConfigError("capacity.search.max_simulations", s.max_simulations, "must be >= 2")
     if not s.seeds:

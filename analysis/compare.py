@@ -17,6 +17,7 @@ Writes ``compare.json``, ``compare.md`` and PNG plots into DIR.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,9 @@ def job_settings(job_dir: Path) -> tuple[float, int, Any]:
     with fields_of(path, "config.yaml", what):
         cfg = OmegaConf.create(doc)
         rate = float(cfg.workload.rate) if cfg.workload.arrival != "trace" else np.nan
+        if math.isinf(rate):
+            raise ConfigError("config.yaml", str(path), "a run at a finite workload.rate (a "
+                              "burst, rate inf, has no steady state to compare)")
         slo = cfg.get("slo")
         if slo is not None:
             check_slo(slo)

@@ -202,7 +202,8 @@ def _load_rows(s: dict, unit: str, prefix: str = "") -> list[tuple[str, object]]
     """The offered rate and the steady-state verdict (``analysis.steady.Load``) as rows."""
     closed = ", closed loop" if s.get(f"{prefix}closed_loop") else ""
     steady = ("yes" if s.get(f"{prefix}steady") else
-              "no: OVERLOADED" if s.get(f"{prefix}overloaded") else "no")
+              "no: OVERLOADED" if s.get(f"{prefix}overloaded") else
+              "no: BURST" if s.get(f"{prefix}burst") else "no")
     return [(f"Offered rate ({unit}/s{closed})", s.get(f"{prefix}offered_rate", math.nan)),
             ("Steady state", steady)]
 

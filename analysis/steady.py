@@ -189,13 +189,21 @@ class Load:
         """Served below offered, so the queue was still growing at the end of the run: by
         more than a short run's noise, or with the latency still growing (MSER-5 found no
         steady state, as ``analysis.compare`` reads it) and under ``KEEP_UP`` served."""
+        if self.burst:  # its queue only drains
+            return False
         growing = self.judged and not self.settled and self.served_share < KEEP_UP
         return not self.keeps_up or growing
 
     @property
     def steady(self) -> bool:
         """The latency settled (MSER-5, on enough requests) and arrivals were served."""
-        return self.settled and self.judged and self.keeps_up
+        return self.settled and self.judged and self.keeps_up and not self.burst
+
+    @property
+    def burst(self) -> bool:
+        """Every arrival at one instant (``workload.rate=inf``, vllm bench serve's default):
+        the run measures how a queue of them drains, never a steady state."""
+        return math.isinf(self.offered_rate)
 
     def offered_text(self) -> str:
         """The offered rate in words: "5.03 req/s", or a closed loop's with its clients."""
@@ -206,9 +214,15 @@ class Load:
         return rate
 
     def headline(self) -> str:
-        """The line printed before a run's table: steady, not steady or OVERLOADED, why."""
+        """The line printed before a run's table: steady, not steady, OVERLOADED or BURST,
+        why."""
         rates = (f"offered {self.offered_text()}, served {_rate(self.served_rate)} "
                  f"{self.unit}/s")
+        if self.burst:
+            return (f"BURST: every one of the {self.noun} arrived at once (offered rate inf, as "
+                    f"vllm bench serve's default --request-rate inf), served "
+                    f"{_rate(self.served_rate)} {self.unit}/s; the latencies measure draining "
+                    "that queue, not a steady state (set workload.rate for one)")
         if self.overloaded:
             growing = f"{self.latency} still growing at the end, " if not self.settled else ""
             return (f"OVERLOADED: {rates}; {growing}only {self.served_share:.0%} of the "
@@ -227,20 +241,23 @@ class Load:
         """The ``summary.json`` fields of the verdict (docs/metrics.md), names prefixed."""
         d = {"offered_rate": self.offered_rate, "closed_loop": bool(self.clients),
              "served_share": self.served_share, "latency_settled": self.settled,
-             "steady": self.steady, "overloaded": self.overloaded,
+             "steady": self.steady, "overloaded": self.overloaded, "burst": self.burst,
              "load_verdict": self.headline()}
         return {f"{prefix}{k}": v for k, v in d.items()}
 
 
 def _rate(x: float) -> str:
-    return f"{x:.2f}" if math.isfinite(x) else "n/a"
+    return f"{x:.2f}" if math.isfinite(x) else "inf" if x == math.inf else "n/a"
 
 
 def _offered_rate(arrival_s: pd.Series) -> float:
-    """Arrivals per second from the first arrival to the last (the inverse mean gap)."""
+    """Arrivals per second from the first arrival to the last (the inverse mean gap); inf
+    when two or more all arrived at one instant, NaN with fewer than two."""
     t = arrival_s.dropna()
     span = float(t.max() - t.min()) if len(t) else 0.0
-    return (len(t) - 1) / span if span > 0 else float("nan")
+    if span > 0:
+        return (len(t) - 1) / span
+    return math.inf if len(t) > 1 else math.nan
 
 
 def _load(table: pd.DataFrame, lat: pd.DataFrame, value: str, first_served: pd.Series,

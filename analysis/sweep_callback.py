@@ -54,12 +54,15 @@ def _missing(v: Any) -> bool:
 
 def _verdict(row: pd.Series) -> str:
     """A job's result: ``failed`` or ``partial`` (its status), else its load verdict
-    (``steady``, ``OVERLOADED`` or ``not steady``; ``ok`` when its summary has none)."""
+    (``steady``, ``OVERLOADED``, ``burst`` or ``not steady``; ``ok`` when its summary has
+    none)."""
     if row["status"] != "ok":
         return str(row["status"])
     overloaded, steady = row.get("overloaded"), row.get("steady")
     if not _missing(overloaded) and bool(overloaded):
         return "OVERLOADED"
+    if not _missing(row.get("burst")) and bool(row.get("burst")):
+        return "burst"
     if _missing(steady):
         return "ok"
     return "steady" if bool(steady) else "not steady"

@@ -12,8 +12,11 @@ import numpy as np
 def poisson_arrivals(rate: float, n: int, rng: np.random.Generator) -> np.ndarray:
     """Arrival times (s) of a Poisson process of ``rate`` req/s: cumulative exponential gaps.
 
-    The first arrival is at the first gap, not at 0.
+    The first arrival is at the first gap, not at 0. ``rate`` inf: all ``n`` at 0, as
+    ``vllm bench serve`` sends every request at once by default.
     """
+    if np.isinf(rate):
+        return np.zeros(n)
     return np.cumsum(rng.exponential(1.0 / rate, size=n))
 
 
@@ -21,8 +24,11 @@ def gamma_arrivals(rate: float, cv: float, n: int, rng: np.random.Generator) -> 
     """Arrival times (s) of a renewal process with Gamma gaps: mean ``1/rate``, CV ``cv``.
 
     Shape ``k = 1/cv**2`` and scale ``1/(rate*k)``; ``cv > 1`` is burstier than Poisson,
-    ``cv < 1`` more regular, ``cv == 1`` is Poisson. The first arrival is at the first gap.
+    ``cv < 1`` more regular, ``cv == 1`` is Poisson. The first arrival is at the first gap;
+    ``rate`` inf: all at 0. ``vllm bench serve --burstiness b`` is ``cv = 1/sqrt(b)``.
     """
+    if np.isinf(rate):
+        return np.zeros(n)
     shape = 1.0 / cv**2
     return np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=n))
 

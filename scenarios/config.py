@@ -10,7 +10,8 @@ by ``build_requests`` with the same kind of error.
 Synthetic shared prefixes (``scenarios.prefixes``, ``scenarios.sessions``) are configured by
 ``workload.system_prompt`` (shared system prompts), ``workload.multi_turn`` (conversations
 whose every turn re-sends the whole conversation so far) and ``workload.hash_block_tokens``
-(tokens named by one id of the ``hash_ids`` they produce).
+(tokens named by one id of the ``hash_ids`` they produce). ``workload.random`` is vLLM's
+``--dataset-name random`` (``RandomDatasetConfig``).
 
 Diffusion jobs (``kind: diffusion`` or ``mixed``) are configured by the flat shape fields
 (``model``, ``height``, ``width``, ``frames``, ``steps``, ``images``, ``guidance``), ``mix``,
@@ -86,6 +87,25 @@ class MultiTurnConfig:
 
 
 @dataclass
+class RandomDatasetConfig:
+    """vLLM's ``vllm bench serve --dataset-name random``: every prompt is ``prefix_len`` tokens
+    shared by all requests followed by its own tokens, a uniform integer in
+    ``[floor(L·(1 − r)), ceil(L·(1 + r))]`` with ``L = input_len − special_tokens`` and
+    ``r = range_ratio``, plus the ``special_tokens`` the tokenizer adds back (so with ``r = 0``
+    a prompt is exactly ``prefix_len + input_len``); outputs are uniform in
+    ``[max(1, floor(output_len·(1 − r))), ceil(output_len·(1 + r))]``, generated in full (as
+    with ``--ignore-eos``). As vLLM's ``RandomDataset.get_text_sampling_params``."""
+
+    input_len: int = 1024  # --random-input-len
+    output_len: int = 128  # --random-output-len
+    range_ratio: float = 0.0  # --random-range-ratio, in [0, 1)
+    prefix_len: int = 0  # --random-prefix-len: tokens every prompt starts with
+    # tokens the tokenizer adds to a prompt (1 for Llama's BOS, 0 for Qwen's), which vLLM
+    # takes off input_len before applying the range
+    special_tokens: int = 0
+
+
+@dataclass
 class WorkloadConfig:
     """How requests (LLM) or jobs (diffusion) arrive, how long or how large they are."""
 
@@ -94,7 +114,7 @@ class WorkloadConfig:
     # mixed: both, the LLM requests as for llm plus a Poisson job stream at diffusion_rate
     kind: str = "llm"
     arrival: str = "poisson"  # poisson | gamma | closed_loop | trace
-    rate: float = 10.0  # req/s (poisson, gamma)
+    rate: float = 10.0  # req/s (poisson, gamma); inf: every request at t = 0, as vLLM's default
     cv: float = 1.0  # gamma inter-arrival coefficient of variation (1 = Poisson)
     num_requests: int = 1000  # poisson, gamma, closed_loop; ignored by trace
     concurrency: int = 8  # closed_loop clients
@@ -118,6 +138,9 @@ class WorkloadConfig:
     # prefill:decode ratio; 0.75 = 3:1); when set, it replaces ``input`` and ``output``
     total_length: LengthConfig | None = None
     prefill_fraction: float = 0.75
+    # vLLM's random dataset (``workload=random``); when set, it replaces ``input``, ``output``
+    # and ``total_length`` and its prefix is shared by every request (prefix caching sees it)
+    random: RandomDatasetConfig | None = None
     # request classes (scenarios.classes); empty: one class, no priorities or TTFT targets
     classes: list[RequestClassConfig] = field(default_factory=list)
     # synthetic shared prefixes (not with arrival=trace, whose hash_ids come with the file)
@@ -237,6 +260,56 @@ def check_total_length(w: Any) -> None:
                             "(a turn's message length is workload.input)")
 
 
+def check_random(w: Any) -> None:
+    """Range checks of ``workload.random`` (vLLM's random dataset) and the settings it cannot
+    be combined with."""
+    rd = getattr(w, "random", None)
+    if rd is None:
+        return
+    p = "workload.random"
+    if w.arrival == "trace":
+        raise WorkloadError(p, "set", "null with arrival=trace (a trace brings its own lengths)")
+    _check_tokens(f"{p}.input_len", rd.input_len)
+    _check_tokens(f"{p}.output_len", rd.output_len)
+    if not (_finite(rd.range_ratio) and 0 <= rd.range_ratio < 1):
+        raise WorkloadError(f"{p}.range_ratio", rd.range_ratio, "must be a number in [0, 1)")
+    _check_int_at_least(f"{p}.prefix_len", rd.prefix_len, 0)
+    _check_int_at_least(f"{p}.special_tokens", rd.special_tokens, 0)
+    if rd.special_tokens >= rd.input_len:
+        raise WorkloadError(f"{p}.special_tokens", rd.special_tokens,
+                            f"must be below {p}.input_len={rd.input_len}")
+    (low, high), _ = random_length_bounds(rd)
+    if low < 1:
+        raise WorkloadError(f"{p}.range_ratio", rd.range_ratio,
+                            f"too wide for {p}.input_len={rd.input_len}: the shortest prompt "
+                            "would have no tokens of its own")
+    if high + rd.prefix_len > MAX_TOKENS:
+        raise WorkloadError(f"{p}.input_len", rd.input_len,
+                            f"prompts up to {high + rd.prefix_len} tokens; at most {MAX_TOKENS}")
+    if getattr(w, "total_length", None) is not None:
+        raise WorkloadError("workload.total_length", "set",
+                            f"null with {p} (the random dataset draws both lengths)")
+    sp, mt = getattr(w, "system_prompt", None), getattr(w, "multi_turn", None)
+    if sp is not None and sp.count:
+        raise WorkloadError("workload.system_prompt.count", sp.count,
+                            f"0 with {p} (its shared prefix is {p}.prefix_len)")
+    if mt is not None and mt.enabled:
+        raise WorkloadError("workload.multi_turn.enabled", mt.enabled,
+                            f"false with {p} (vLLM's random dataset sends single turns)")
+
+
+def random_length_bounds(rd: Any) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Inclusive bounds of a random-dataset request's own prompt tokens (special tokens
+    included, prefix not) and of its output tokens, as vLLM computes them (floor below, ceil
+    above, of the range around ``input_len`` less the special tokens)."""
+    r, s = float(rd.range_ratio), int(rd.special_tokens)
+    real = int(rd.input_len) - s
+    inputs = (math.floor(real * (1 - r)) + s, math.ceil(real * (1 + r)) + s)
+    outputs = (max(1, math.floor(int(rd.output_len) * (1 - r))),
+               math.ceil(int(rd.output_len) * (1 + r)))
+    return inputs, outputs
+
+
 def check_workload(w: Any) -> None:
     """Validate a workload config (dataclass or DictConfig); raise ``WorkloadError`` if bad.
 
@@ -244,7 +317,9 @@ def check_workload(w: Any) -> None:
     goes unnoticed; the length distributions are checked only when they are used (not for traces).
     """
     _check_choice("workload.arrival", w.arrival, ARRIVALS)
-    _check_positive("workload.rate", w.rate)
+    if not (isinstance(w.rate, numbers.Real) and not isinstance(w.rate, bool) and w.rate > 0):
+        raise WorkloadError("workload.rate", w.rate,
+                            "must be a number > 0 (inf: every request at once)")
     _check_positive("workload.cv", w.cv)
     is_trace = w.arrival == "trace"
     _check_int_at_least("workload.num_requests", w.num_requests, 0 if is_trace else 1)
@@ -285,6 +360,7 @@ def check_workload(w: Any) -> None:
         check_length(w.input, "workload.input")
         check_length(w.output, "workload.output")
         check_total_length(w)
+    check_random(w)
     check_classes(w.classes)
     check_prefixes(w)
     if getattr(w, "kind", None) is not None:  # None: a config from before diffusion workloads

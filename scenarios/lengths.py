@@ -1,4 +1,5 @@
-"""Token-length distributions: fixed, uniform, truncated lognormal, empirical (resampled CSV).
+"""Token-length distributions: fixed, uniform, truncated lognormal, empirical (resampled CSV),
+and vLLM's random dataset (``random_dataset_lengths``).
 
 ``sample_lengths`` draws ``n`` integer lengths >= 1 for one ``LengthConfig`` from the generator
 it is given (the run's lengths stream) and nothing else.
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from scenarios.config import random_length_bounds
 from scenarios.errors import WorkloadError
 from scenarios.input_file import read_input_file
 from scenarios.trace_formats import csv_header, read_csv_columns
@@ -135,3 +137,15 @@ def split_total_lengths(
         raise WorkloadError(field, int(total.min()), "total lengths must be >= 2 to split")
     inputs = np.clip(np.rint(prefill_fraction * total), 1, total - 1).astype(np.int64)
     return inputs, total - inputs
+
+
+def random_dataset_lengths(
+    rd: Any, n: int, rng_in: np.random.Generator, rng_out: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (own prompt tokens, output tokens) of vLLM's random dataset (``workload.random``):
+    uniform integers between ``random_length_bounds``, inputs from ``rng_in`` and outputs from
+    ``rng_out``. The shared prefix is added by ``scenarios.prefixes.add_shared_prefix``."""
+    (in_low, in_high), (out_low, out_high) = random_length_bounds(rd)
+    inputs = rng_in.integers(in_low, in_high, size=n, endpoint=True, dtype=np.int64)
+    outputs = rng_out.integers(out_low, out_high, size=n, endpoint=True, dtype=np.int64)
+    return inputs, outputs

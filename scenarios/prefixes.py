@@ -15,7 +15,8 @@ only grows (the last, partial block of a conversation that the next turn extends
 id: the cache only ever holds its full KV blocks, which the longer version repeats.
 
 ``add_system_prompts`` puts a drawn system prompt in front of open-loop or closed-loop
-requests (one turn each); multi-turn sessions are built by ``scenarios.sessions``.
+requests (one turn each), ``add_shared_prefix`` one prefix in front of all of them (vLLM's
+random dataset); multi-turn sessions are built by ``scenarios.sessions``.
 """
 
 from __future__ import annotations
@@ -72,8 +73,22 @@ def add_system_prompts(rows: pd.DataFrame, w: Any, rng: np.random.Generator) -> 
     prompt (the system prompt's blocks shared, the rest fresh)."""
     sp = w.system_prompt
     choice = choose_system_prompts(sp, len(rows), rng)
-    namer = BlockNamer(int(sp.count), int(sp.tokens), int(w.hash_block_tokens))
-    prompt = rows["input_tokens"].to_numpy(np.int64) + int(sp.tokens)
+    return _prepend(rows, choice, int(sp.count), int(sp.tokens), int(w.hash_block_tokens))
+
+
+def add_shared_prefix(rows: pd.DataFrame, tokens: int, block_tokens: int) -> pd.DataFrame:
+    """Put one prefix of ``tokens`` tokens in front of every row's prompt, as vLLM's random
+    dataset does with ``--random-prefix-len`` (the same ``hash_ids`` as one system prompt
+    drawn by every request)."""
+    return _prepend(rows, np.zeros(len(rows), np.int64), 1, int(tokens), int(block_tokens))
+
+
+def _prepend(rows: pd.DataFrame, choice: np.ndarray, count: int, tokens: int,
+             block_tokens: int) -> pd.DataFrame:
+    """``rows`` with prompt ``choice[i]`` (of ``count`` prompts of ``tokens`` tokens) in front of
+    row ``i``'s prompt and the ``hash_ids`` naming the whole prompt."""
+    namer = BlockNamer(count, tokens, block_tokens)
+    prompt = rows["input_tokens"].to_numpy(np.int64) + tokens
     ids = np.empty(len(rows), dtype=object)
     for i, (k, p) in enumerate(zip(choice.tolist(), prompt.tolist(), strict=True)):
         ids[i] = tuple(namer.cover(namer.start(k), p))

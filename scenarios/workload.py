@@ -30,8 +30,10 @@ Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.Data
   the completion time of the same client's previous row plus this row's ``think_time_s``.
 - Lengths come from ``workload.input``/``workload.output`` (or from the trace's columns for trace
   replay), or from ``workload.total_length`` split by ``workload.prefill_fraction`` when that is
-  set (drawn from the input stream); ``workload.input_tokens``/``output_tokens``, when set,
-  replace them for every row.
+  set (drawn from the input stream), or from ``workload.random`` (vLLM's random dataset:
+  uniform around ``input_len``/``output_len``, a shared prefix of ``prefix_len`` tokens in
+  front); ``workload.input_tokens``/``output_tokens``, when set, replace them for every row
+  (with a prefix, the request's own part).
 - Synthetic prefixes: with ``system_prompt.count > 0`` each request's prompt is a drawn system
   prompt followed by its own ``workload.input`` tokens (``scenarios.prefixes``); with
   ``multi_turn.enabled`` rows are the turns of sessions, each prompt the conversation so far
@@ -59,8 +61,13 @@ from scenarios.arrivals import closed_loop, gamma_arrivals, poisson_arrivals
 from scenarios.classes import CLASS_COLUMNS, assign_classes
 from scenarios.config import check_workload
 from scenarios.errors import WorkloadError
-from scenarios.lengths import read_length_column, sample_lengths, split_total_lengths
-from scenarios.prefixes import add_system_prompts
+from scenarios.lengths import (
+    random_dataset_lengths,
+    read_length_column,
+    sample_lengths,
+    split_total_lengths,
+)
+from scenarios.prefixes import add_shared_prefix, add_system_prompts
 from scenarios.sessions import session_rows
 from scenarios.traces import MAX_TIME_S, read_trace, window_trace
 
@@ -111,7 +118,9 @@ def _synthetic_rows(
             arrival = gamma_arrivals(float(w.rate), float(w.cv), n, rng_arrivals)
         client, think = np.full(n, -1, dtype=np.int64), np.zeros(n)
     rng_in, rng_out = rng_lengths.spawn(2)
-    if getattr(w, "total_length", None) is not None:
+    if _random_dataset(w) is not None:
+        inputs, outputs = random_dataset_lengths(w.random, n, rng_in, rng_out)
+    elif getattr(w, "total_length", None) is not None:
         inputs, outputs = split_total_lengths(
             w.total_length, float(w.prefill_fraction), n, rng_in, "workload.total_length"
         )
@@ -132,6 +141,11 @@ def _synthetic_rows(
 def _multi_turn(w: Any) -> bool:
     mt = getattr(w, "multi_turn", None)
     return bool(mt is not None and mt.enabled)
+
+
+def _random_dataset(w: Any) -> Any:
+    """``workload.random`` (vLLM's random dataset), or None when lengths come from elsewhere."""
+    return getattr(w, "random", None)
 
 
 def _system_prompts(w: Any) -> int:
@@ -162,6 +176,8 @@ def _length_files(w: Any) -> list[tuple[Any, str, str]]:
     """(length config, its dotted field, default column) of each length distribution the
     workload draws from."""
     if w.arrival == "trace":
+        return []
+    if _random_dataset(w) is not None:
         return []
     if getattr(w, "total_length", None) is not None:
         used = [(w.total_length, "workload.total_length", "total_tokens")]
@@ -215,6 +231,12 @@ def build_requests(
         _fix_lengths(rows, workload)
     if not multi_turn and _system_prompts(workload):
         rows = add_system_prompts(rows, workload, rng_lengths.spawn(1)[0])
+    rd = _random_dataset(workload)
+    if rd is not None and rd.prefix_len:
+        # the tokenizer's special tokens (BOS) lead every prompt, so they are shared too
+        rows["input_tokens"] -= int(rd.special_tokens)
+        rows = add_shared_prefix(rows, int(rd.prefix_len) + int(rd.special_tokens),
+                                 int(workload.hash_block_tokens))
     columns = [*COLUMNS, "hash_ids"] if "hash_ids" in rows else list(COLUMNS)
     if workload.classes:
         classes = assign_classes(workload.classes, len(rows), rng_lengths.spawn(1)[0])

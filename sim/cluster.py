@@ -281,9 +281,12 @@ class Cluster:
             self.checker.check_all(-1, "after the last replica of a pool was lost")
 
     def fail_requests(self, rids: np.ndarray, reason: int) -> None:
-        """``rids`` cannot complete: they end now as failed, with a ``FAIL_REASONS`` code."""
+        """``rids`` cannot complete: they end now as failed, with a ``FAIL_REASONS`` code
+        (each client told after the tokens its frontend was still streaming)."""
         self.table.fail(rids, reason, self.env.now)
-        self.on_done(rids, self.env.now)
+        ends = self.table.completion[rids]
+        for end in np.unique(ends):
+            self.on_done(rids[ends == end], float(end))
 
     def fail(self, pool: Pool, r: int) -> None:
         """Replica ``r`` of ``pool`` goes down now; its requests go back to the router."""

@@ -28,12 +28,13 @@ VLLM_FLAGS = {
     "kv-cache-dtype": "kv_cache.dtype",
     "dataset-name": "workload",
     "dataset-path": "workload.trace_path",
-    "random-input-len": "workload.input",
-    "random-output-len": "workload.output",
+    "random-input-len": "workload.random.input_len",
+    "random-output-len": "workload.random.output_len",
+    "random-range-ratio": "workload.random.range_ratio",
+    "random-prefix-len": "workload.random.prefix_len",
     "sharegpt-output-len": "workload.output",
     "goodput": "slo",
     "metric-percentiles": "metrics.percentiles",
-    "burstiness": "workload.cv",
 }
 HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 MODEL_DIR = Path(__file__).resolve().parent.parent / "conf" / "model"
@@ -70,6 +71,9 @@ def flag_hint(flag: str, value: str | None, config_keys: list[str]) -> str:
     ``config_keys``: every dotted key of the composed config (groups included)."""
     name, eq, inline = flag.lstrip("-").partition("=")
     value = inline if eq else (value or "...")
+    if name == "burstiness":  # Gamma gaps of shape b: the CV is 1/sqrt(b)
+        return (f"{flag}: python -m sim takes Hydra overrides (key=value), not flags; write "
+                f"workload.arrival=gamma workload.cv={_cv_of_burstiness(value)}")
     key = VLLM_FLAGS.get(name)
     if key is None:
         underscored = name.replace("-", "_")
@@ -85,6 +89,15 @@ def flag_hint(flag: str, value: str | None, config_keys: list[str]) -> str:
                 "see the README or python -m sim --cfg job for the keys")
     return (f"{flag}: python -m sim takes Hydra overrides (key=value), not flags; "
             f"write {key}={value}")
+
+
+def _cv_of_burstiness(value: str) -> str:
+    """The ``workload.cv`` of ``vllm bench serve --burstiness value`` (``1/sqrt(b)``)."""
+    try:
+        b = float(value)
+    except ValueError:
+        return "1/sqrt(burstiness)"
+    return f"{b ** -0.5:.4g}" if b > 0 and b != float("inf") else "1/sqrt(burstiness)"
 
 
 def config_keys(cfg) -> list[str]:

@@ -87,10 +87,12 @@ class RequestTable:
 
     def fail(self, rids, reason: int, now: float) -> None:
         """Mark ``rids`` as failed at ``now`` (they cannot complete: a fault took their last
-        chance) with a code from ``FAIL_REASONS``; their generated tokens are kept."""
+        chance) with a code from ``FAIL_REASONS``; their generated tokens are kept. A client
+        sees the failure after the last token its API server was still streaming (the
+        frontend outlives the engine), so it ends no earlier than that token."""
         self.status[rids] = FAILED
         self.fail_reason[rids] = reason
-        self.completion[rids] = now
+        self.completion[rids] = np.fmax(now, self.last_token[rids])
 
     def fail_reason_names(self) -> np.ndarray:
         """Per request, why it failed ("" unless its status is failed)."""

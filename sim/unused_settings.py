@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from scenarios.config import WorkloadConfig
+from scenarios.config import LengthConfig, WorkloadConfig
 from sim.config import ClusterConfig, LinkDegradationConfig, SchedulerConfig, StragglerConfig
 from sim.config.diffusion_cluster import (
     DiffusionBatchingConfig,
@@ -81,6 +81,11 @@ def unused_settings(cfg) -> list[str]:
             out.append(f"workload.{name}={getattr(w, name)} is ignored: "
                        f"workload.arrival={w.arrival} does not read it (only "
                        f"{', '.join(arrivals)} arrivals do)")
+    if getattr(w, "random", None) is not None and w.arrival != "trace":
+        for length in ("input", "output"):
+            for p in _block_changed(getattr(w, length), LengthConfig, f"workload.{length}"):
+                out.append(f"{p} is ignored: workload.random draws the lengths (set "
+                           f"workload.random.{length}_len)")
     b = cfg.backend
     if getattr(b, "eager_launch_us", None) is not None and not b.enforce_eager:
         out.append(f"backend.eager_launch_us={b.eager_launch_us} is ignored: "

@@ -194,13 +194,18 @@ def _container(node: Any) -> Any:
     return node
 
 
+# fields whose +inf means something: every request at once, as vllm bench's --request-rate inf
+MAY_BE_INFINITE = {"workload.rate"}
+
+
 def check_finite(cfg: Any) -> None:
     """Refuse NaN or infinity anywhere in the simulator's config groups: OmegaConf accepts
     ``nan`` and ``inf`` for a float field, and a range check such as ``x <= 0`` lets NaN
     through."""
     for group in NUMERIC_GROUPS:
         for path, value in _leaves(_container(getattr(cfg, group)), group):
-            if isinstance(value, float) and not math.isfinite(value):
+            if isinstance(value, float) and not math.isfinite(value) and not (
+                    path in MAY_BE_INFINITE and value > 0):
                 raise ConfigError(path, value, "a finite number")
 
 

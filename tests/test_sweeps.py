@@ -139,7 +139,8 @@ def test_bad_input_of_a_single_run_still_exits_2(tmp_path):
                            f"hydra.run.dir={tmp_path / 'run'}"], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: workload.rate=-1.0: must be a finite number > 0"
+    assert proc.stderr.strip() == ("error: workload.rate=-1.0: must be a number > 0 "
+                                   "(inf: every request at once)")
     assert not (tmp_path / "run" / "failed.json").exists()
 
 

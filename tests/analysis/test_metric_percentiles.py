@@ -171,3 +171,33 @@ def test_cli_refuses_bad_percentiles(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: metrics.percentiles=101.0: each percentile a number in (0, 100]"]
+
+
+def test_capacity_says_it_ignores_the_percentiles(monkeypatch, caplog, tmp_path):
+    # a plan is judged by capacity.slo; the run-summary percentiles change nothing there
+    import logging
+
+    from hydra import compose, initialize_config_module
+
+    import analysis.capacity as capacity
+    from analysis.capacity_config import register
+
+    register()
+
+    class Stop(Exception):
+        pass
+
+    def stop(cfg):
+        raise Stop
+
+    monkeypatch.setattr(capacity, "evaluator", stop)
+    for percentiles, warned in (("[50,99.9]", True), ("[50,90,99]", False)):
+        with initialize_config_module("conf", version_base=None):
+            cfg = compose("capacity", overrides=[f"metrics.percentiles={percentiles}"])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="capacity"), pytest.raises(Stop):
+            capacity.plan(cfg, tmp_path, [])
+        lines = [r.getMessage() for r in caplog.records if "metrics.percentiles" in r.getMessage()]
+        assert bool(lines) == warned, lines
+        if warned:
+            assert "is ignored" in lines[0] and "capacity.slo" in lines[0]

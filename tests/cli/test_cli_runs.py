@@ -58,6 +58,8 @@ def runs(tmp_path_factory, sim_cli):
         "llama70b_tp4": [*SMALL, "model=llama3_70b", "cluster.tensor_parallel_size=4"],
         "a100": [*SMALL, "hardware=a100_80g_sxm"],
         "constant": [*SMALL, "cost_model=constant", "cost_model.step_time_ms=5"],
+        "random_burst": ["plots=false", "workload=random", "workload.num_requests=100",
+                         "workload.random.input_len=256", "workload.random.output_len=16"],
         "reject_all": ["plots=false", f"scheduler.max_model_len={MAX_MODEL_LEN}",
                        "workload.input_tokens=600", "workload.num_requests=50"],
         "reject_some": ["plots=false", f"scheduler.max_model_len={MAX_MODEL_LEN}",
@@ -87,6 +89,17 @@ def _requests(run) -> pd.DataFrame:
 
 
 # --- 1. the default run -------------------------------------------------------------------
+
+
+def test_vllm_bench_random_burst_says_so_first(runs):
+    # workload=random sends all its requests at once, as vllm bench serve's default
+    run = _ok(runs["random_burst"])
+    first = run.stdout.split("=====")[0].strip().splitlines()[-1]  # the line before the table
+    assert first.startswith("BURST: every one of the requests arrived at once")
+    assert re.search(r"Steady state\s+no: BURST", run.stdout)
+    s = _summary(run)
+    assert s["burst"] is True and s["offered_rate"] is None and s["completed"] == 100
+    assert s["steady"] is False and s["overloaded"] is False
 
 
 def test_default_run_writes_every_file(runs):

@@ -47,6 +47,12 @@ def test_no_suggestion_when_nothing_is_close(capsys):
     (["--num-prompts", "100"], "write workload.num_requests=100"),
     (["--gpu-memory-utilization", "0.8"], "write kv_cache.gpu_memory_utilization=0.8"),
     (["workload.rate=2", "--enable-prefix-caching"], "write kv_cache.prefix_caching=..."),
+    (["--dataset-name", "random"], "write workload=random"),
+    (["--random-input-len", "2048"], "write workload.random.input_len=2048"),
+    (["--random-range-ratio=0.5"], "write workload.random.range_ratio=0.5"),
+    (["--random-prefix-len", "512"], "write workload.random.prefix_len=512"),
+    # Gamma gaps of shape b have CV 1/sqrt(b)
+    (["--burstiness", "4"], "write workload.arrival=gamma workload.cv=0.5"),
 ])
 def test_vllm_flags_name_their_override(capsys, argv, override):
     line = _error_line(capsys, argv)

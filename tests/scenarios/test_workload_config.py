@@ -17,7 +17,7 @@ BAD = [
     ({"rate": 0.0}, "workload.rate"),
     ({"rate": -1.0}, "workload.rate"),
     ({"rate": float("nan")}, "workload.rate"),
-    ({"rate": float("inf")}, "workload.rate"),
+    ({"rate": float("-inf")}, "workload.rate"),
     ({"cv": 0.0}, "workload.cv"),
     ({"num_requests": 0}, "workload.num_requests"),
     ({"arrival": "trace", "trace_path": "t.csv", "num_requests": -1}, "workload.num_requests"),

@@ -317,3 +317,42 @@ def test_fast_forward_equals_stepping_on_a_cluster(case):
     np.testing.assert_allclose(a.timeline.drop(columns="bound").to_numpy(float),
                                b.timeline.drop(columns="bound").to_numpy(float),
                                rtol=1e-9, atol=1e-12)
+
+
+def test_a_request_failed_while_its_tokens_stream_ends_after_them():
+    """A decode replica is lost while its API server still streams a request's last token;
+    no replica is left, so the request fails, and the client sees the failure after that
+    token, not before it (a case hypothesis found: last_token after completion)."""
+    import dataclasses
+
+    from sim.config.cluster import FailureConfig, LinkDegradationConfig, StragglerConfig
+
+    cfg = tiny_config(num_blocks=4, block_size=16, max_seqs=6, budget=144, max_len=184,
+                      roofline=True, name="sglang", chunk_size=48)
+    cfg.hardware = dataclasses.replace(cfg.hardware, hbm_bytes=801408)
+    cfg.kv_cache.preemption = "swap"
+    cfg.cluster = ClusterConfig(
+        replicas=2, router="jsq_tokens", disaggregated=True, prefill_replicas=1,
+        decode_replicas=2, prefix_block_tokens=4,
+        failure=FailureConfig(mtbf_s=0.1, mttr_s=None),  # lost for good
+        straggler=StragglerConfig(factor=4.0, fraction=0.0, duration_s=0.02),
+        link_degradation=LinkDegradationConfig(mtbd_s=0.02, duration_s=0.001,
+                                               bandwidth_factor=0.01, added_latency_us=0.0))
+    cfg.seed = 20
+    n = 15
+    req = pd.DataFrame({
+        "arrival_time_s": np.where(np.arange(n) < 2, 0.0, np.nan),
+        "input_tokens": [168, 94, 32, 161, 72, 201, 144, 151, 85, 26, 155, 9, 81, 233, 179],
+        "output_tokens": [101, 96, 103, 85, 89, 38, 44, 58, 41, 100, 83, 79, 41, 70, 109],
+        "client": np.arange(n) % 2,
+        "think_time_s": [0.021914509524300657, 0.0013395872254565683, 0.001651032139354851,
+                         0.01862532039489213, 0.008980596033104976, 0.006375725328309242,
+                         0.005299979243661917, 0.012297062454935528, 0.009168684256984132,
+                         0.011109314648495447, 0.00270107143518964, 0.012822584454680644,
+                         0.00909269719000562, 0.014262357277889442, 0.011148747573049827],
+        "priority": [1, 0, 0, 1, 2, 2, 0, 1, 1, 0, 0, 2, 1, 2, 1],
+        "ttft_slo_ms": [5.0, 5.0, 5.0, 50.0, 500.0, 50.0, 5.0, 5.0, 5.0, 5.0] + [np.inf] * 5})
+    rec = simulate(cfg, req)
+    check_cluster_invariants(cfg, rec)
+    failed = rec.requests[rec.requests["status"] == "failed"]
+    assert len(failed) and (failed["fail_reason"] == "no_replica_left").any()

@@ -46,6 +46,9 @@ def test_shipped_options_set_nothing_they_do_not_read(compose_cfg, option):
                                      "not disaggregated"),
     (["cluster=disagg", "cluster.replicas=4"], "cluster.replicas=4 is ignored: the cluster is "
                                                 "disaggregated"),
+    (["workload=random", "workload.input.value=2000"],
+     "workload.input.value=2000 is ignored: workload.random draws the lengths (set "
+     "workload.random.input_len)"),
     (["backend.eager_launch_us=20"], "backend.eager_launch_us=20.0 is ignored: "
                                      "backend.enforce_eager=false"),
 ])
