@@ -44,6 +44,7 @@ from scenarios import WorkloadError, requests_for_seed
 from sim.app import register_configs
 from sim.errors import ConfigError, OutputError, ctrl_c_exits, report_error
 from sim.preflight import one_line
+from sim.schedulers import SCHEDULERS
 from sim.validation import MAX_REPLICAS, validate_config
 
 log = logging.getLogger("capacity")
@@ -79,12 +80,8 @@ def search_rate(cfg, ev: Evaluator) -> RateSearch:
 
 
 def _chunk_overrides(scheduler: str, chunk: int) -> list[str]:
-    """The scheduler fields that set a step's prefill chunk."""
-    if scheduler == "sarathi":
-        return [f"scheduler.chunk_size={chunk}", f"scheduler.max_num_batched_tokens={chunk}"]
-    if scheduler == "sglang":
-        return [f"scheduler.chunk_size={chunk}"]
-    return [f"scheduler.max_num_batched_tokens={chunk}"]
+    """The scheduler fields that set a step's prefill chunk, as the policy declares them."""
+    return [f"scheduler.{f}={chunk}" for f in SCHEDULERS[scheduler].chunk_fields]
 
 
 def candidates(cfg, base: list[str]) -> list[tuple[list[str], DictConfig]]:

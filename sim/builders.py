@@ -56,7 +56,7 @@ def check_config(cfg) -> None:
     """Every range and cross-field check of the simulator's config groups."""
     check_model(cfg.model)
     check_hardware(cfg.hardware, cfg.model)
-    check_scheduler(cfg.scheduler, cfg.model)
+    check_scheduler(cfg.scheduler, cfg.model, SCHEDULERS)
     check_kv_cache(cfg.kv_cache)
     check_parallelism(cfg.cluster, cfg.model, cfg.hardware)
     check_cluster(cfg.cluster)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.errors import InvariantError
+from sim.schedulers import SCHEDULERS
 from sim.state import (
     ENDED,
     FINISHED,
@@ -65,13 +66,9 @@ FULL_CHECK_REQUESTS = 256  # whole-cluster checks every ⌈requests / this⌉ st
 
 
 def step_limits(sched_cfg) -> tuple[int, int]:
-    """(most sequences, most tokens) one step of the configured policy may schedule."""
-    tokens = sched_cfg.max_num_batched_tokens
-    if sched_cfg.name == "sarathi":
-        tokens = sched_cfg.chunk_size
-    elif sched_cfg.name == "sglang":
-        tokens = max(tokens, sched_cfg.chunk_size)
-    return sched_cfg.max_num_seqs, tokens
+    """(most sequences, most tokens) one step of the configured policy may schedule, as the
+    policy declares them."""
+    return sched_cfg.max_num_seqs, SCHEDULERS[sched_cfg.name].step_token_limit(sched_cfg)
 
 
 def _ids(queue) -> np.ndarray:

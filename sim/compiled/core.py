@@ -4,7 +4,8 @@ The SimPy engine (``sim.replica``, ``sim.schedulers``, ``sim.cost``) is the refe
 serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a million requests
 take minutes; the compiled loop does the same work in microseconds per step for the
 configurations most runs use: one pool of replicas (one, or several behind the
-``round_robin`` or ``least_outstanding`` router), the vLLM scheduler (FCFS, recompute
+``round_robin`` or ``least_outstanding`` router), a policy whose class declares a
+``fast_path`` with the values it runs (the vLLM scheduler under FCFS: recompute
 preemption, no prefix cache), the roofline cost model on one pipeline stage with full GQA
 attention in every layer, no faults, ITL kept as a histogram, no invariant checks;
 open-loop arrivals and closed-loop clients alike. ``engine: auto`` (the default) takes it
@@ -21,7 +22,7 @@ from sim.compiled import step_schedule as S
 from sim.compiled.pricing import Prices, packable
 from sim.errors import ConfigError
 from sim.replica import TIMELINE_COLUMNS
-from sim.schedulers.vllm import VllmScheduler
+from sim.schedulers import SCHEDULERS
 from sim.state import REJECTED
 
 ENGINES = ("auto", "python")
@@ -30,6 +31,21 @@ PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar,
 
 
 ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING}
+
+
+def scheduler_not_compiled(sched_cfg) -> str:
+    """Why the compiled loop cannot run the policy of ``sched_cfg`` (``scheduler.*``; "" when
+    it can): the allow-list is what each policy declares as its ``fast_path``."""
+    fast = SCHEDULERS[sched_cfg.name].fast_path
+    if fast is None:
+        compiled = [n for n, cls in SCHEDULERS.items() if cls.fast_path is not None]
+        return f"scheduler={sched_cfg.name} (compiled: {', '.join(compiled)})"
+    for name, allowed in fast.items():
+        value = getattr(sched_cfg, name)
+        if allowed is not None and value not in allowed:
+            return (f"scheduler.{name}={value} (compiled: "
+                    f"{', '.join(str(a) for a in allowed)})")
+    return ""
 
 
 def why_not_compiled(cfg, run) -> str:
@@ -50,10 +66,10 @@ def why_not_compiled(cfg, run) -> str:
         (run.itl._samples is not None, "keep_itl_samples"),
     ]
     if pool.replicas:
-        s = pool.parts[0].scheduler
-        kv = s.kv
+        kv = pool.parts[0].scheduler.kv
+        why = scheduler_not_compiled(cluster.cfg.scheduler)
         reasons += [
-            (type(s) is not VllmScheduler or s.by_key, "not the vLLM scheduler with FCFS"),
+            (bool(why), why),
             (kv.prefix is not None or kv.swap is not None or kv.host is not None
              or kv.state_blocks > 0, "prefix caching, swap or state blocks"),
         ]

@@ -8,16 +8,13 @@ fields its policy reads, and each field's comment says which policies read it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sim.config.common import positive
 from sim.config.model import ModelConfig
 from sim.errors import ConfigError
 
-# every scheduler.name (sim/schedulers/<name>.py); sim.schedulers.SCHEDULERS has the same keys
-SCHEDULER_NAMES = ("static", "dynamic", "orca", "vllm", "sarathi", "trtllm", "edf", "sglang")
-# policies that never split a prompt: a whole prompt must fit in one step's token budget
-WHOLE_PROMPT = ("static", "dynamic", "orca")
 VLLM_POLICIES = ("fcfs", "priority")
 CAPACITY_POLICIES = ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION")
 
@@ -53,10 +50,13 @@ def _choice(field: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(field, value, f"one of {list(choices)}")
 
 
-def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:
+def check_scheduler(s: SchedulerConfig, model: ModelConfig, policies: Mapping[str, type]) -> None:
     """Scheduler limits must admit at least one token of one request, and every policy's own
-    fields must make sense."""
-    _choice("scheduler.name", s.name, SCHEDULER_NAMES)
+    fields must make sense. ``policies``: the policy classes by name
+    (``sim.schedulers.SCHEDULERS``), whose declarations say what each one reads, whether it
+    prefills whole prompts and what else it checks."""
+    _choice("scheduler.name", s.name, tuple(policies))
+    policy = policies[s.name]
     positive("scheduler.max_num_seqs", s.max_num_seqs)
     positive("scheduler.max_num_batched_tokens", s.max_num_batched_tokens)
     if s.max_num_batched_tokens < s.max_num_seqs:
@@ -67,7 +67,7 @@ def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:
         raise ConfigError("scheduler.long_prefill_token_threshold",
                           s.long_prefill_token_threshold, "must be >= 0 (0 = off)")
     _choice("scheduler.policy", s.policy, VLLM_POLICIES)
-    if s.policy != "fcfs" and s.name != "vllm":
+    if s.policy != "fcfs" and "policy" not in policy.settings:
         raise ConfigError("scheduler.policy", s.policy,
                           f"only scheduler=vllm reads it (this is scheduler={s.name}); "
                           "keep fcfs, or use scheduler=edf for deadline order")
@@ -75,12 +75,9 @@ def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:
         raise ConfigError("scheduler.max_queue_delay_ms", s.max_queue_delay_ms,
                           "must be a finite number >= 0")
     positive("scheduler.chunk_size", s.chunk_size)
-    if s.name == "sarathi" and s.chunk_size > s.max_num_batched_tokens:
-        raise ConfigError("scheduler.chunk_size", s.chunk_size,
-                          f"must be <= scheduler.max_num_batched_tokens="
-                          f"{s.max_num_batched_tokens} (the step's token budget)")
     _choice("scheduler.capacity_scheduler_policy", s.capacity_scheduler_policy,
             CAPACITY_POLICIES)
+    policy.check(s)
     if s.max_model_len is not None:
         positive("scheduler.max_model_len", s.max_model_len)
         if s.max_model_len > model.max_position_embeddings:
@@ -88,10 +85,9 @@ def check_scheduler(s: SchedulerConfig, model: ModelConfig) -> None:
                               f"must be <= model.max_position_embeddings="
                               f"{model.max_position_embeddings}")
     max_len = s.max_model_len or model.max_position_embeddings
-    whole = s.name in WHOLE_PROMPT or (s.name != "sarathi" and not s.enable_chunked_prefill)
-    if whole and s.max_num_batched_tokens < max_len:
+    if policy.prefills_whole_prompts(s) and s.max_num_batched_tokens < max_len:
         # as vLLM: without chunking a whole prompt must fit in one step's budget
-        why = (f"scheduler={s.name} prefills whole prompts" if s.name in WHOLE_PROMPT
+        why = (f"scheduler={s.name} prefills whole prompts" if policy.whole_prompt
                else "enable_chunked_prefill is false")
         raise ConfigError("scheduler.max_num_batched_tokens", s.max_num_batched_tokens,
                           f"must be >= max_model_len={max_len} when {why} "

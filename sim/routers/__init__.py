@@ -1,5 +1,7 @@
-"""Routing policies of a pool of replicas, selected by ``cluster.router``; one file each."""
+"""Routing policies of a pool of replicas, selected by ``cluster.router``: one file each, its
+class in ``ROUTERS`` (built from the names the classes declare)."""
 
+from sim.registry import by_name
 from sim.routers.base import PoolView, Router
 from sim.routers.jsq_tokens import JsqTokensRouter
 from sim.routers.kv_aware import KvAwareRouter
@@ -9,14 +11,8 @@ from sim.routers.prefix_affinity import PrefixAffinityRouter
 from sim.routers.round_robin import RoundRobinRouter
 from sim.routers.uniform_random import RandomRouter
 
-ROUTERS: dict[str, type[Router]] = {
-    "round_robin": RoundRobinRouter,
-    "random": RandomRouter,
-    "least_outstanding": LeastOutstandingRouter,
-    "jsq_tokens": JsqTokensRouter,
-    "kv_aware": KvAwareRouter,
-    "prefix_affinity": PrefixAffinityRouter,
-    "power_of_two": PowerOfTwoRouter,
-}
+ROUTERS: dict[str, type[Router]] = by_name(
+    RoundRobinRouter, RandomRouter, LeastOutstandingRouter, JsqTokensRouter, KvAwareRouter,
+    PrefixAffinityRouter, PowerOfTwoRouter)
 
 __all__ = ["ROUTERS", "PoolView", "Router"]

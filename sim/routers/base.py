@@ -81,6 +81,8 @@ def first_min(ids: np.ndarray, *keys: np.ndarray) -> int:
 class Router:
     """Base of routing policies; ``choose`` is called only while some replica is up."""
 
+    name = ""  # the option of cluster.router this class is (sim.routers.ROUTERS)
+
     def __init__(self, view: PoolView, rng: np.random.Generator, cfg) -> None:
         """``rng``: this pool's routing stream; ``cfg``: the cluster config (router options)."""
         self.view, self.rng, self.cfg = view, rng, cfg

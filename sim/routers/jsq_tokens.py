@@ -13,6 +13,8 @@ from sim.routers.base import Router, first_min
 class JsqTokensRouter(Router):
     """Join the replica with the least queued prefill work."""
 
+    name = "jsq_tokens"
+
     def choose(self, rid: int) -> int:
         """The replica that is up with the fewest queued tokens."""
         v = self.view

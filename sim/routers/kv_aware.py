@@ -12,6 +12,8 @@ from sim.routers.base import Router, first_min
 class KvAwareRouter(Router):
     """Route to the replica with the most free KV cache."""
 
+    name = "kv_aware"
+
     def choose(self, rid: int) -> int:
         """The replica that is up with the lowest projected KV usage."""
         v = self.view

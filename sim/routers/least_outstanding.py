@@ -10,6 +10,8 @@ from sim.routers.base import Router
 class LeastOutstandingRouter(Router):
     """Join the replica with the fewest outstanding requests."""
 
+    name = "least_outstanding"
+
     _turn = 0
 
     def choose(self, rid: int) -> int:

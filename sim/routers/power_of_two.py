@@ -9,6 +9,8 @@ from sim.routers.base import Router
 class PowerOfTwoRouter(Router):
     """The less loaded of two random replicas."""
 
+    name = "power_of_two"
+
     def choose(self, rid: int) -> int:
         """The less loaded of two distinct random replicas that are up."""
         ids = self.view.alive_ids

@@ -24,6 +24,8 @@ from sim.routers.least_outstanding import LeastOutstandingRouter
 class PrefixAffinityRouter(Router):
     """Longest cached prefix, within a load cap."""
 
+    name = "prefix_affinity"
+
     def __init__(self, view: PoolView, rng, cfg) -> None:
         super().__init__(view, rng, cfg)
         self.fallback = LeastOutstandingRouter(view, rng, cfg)

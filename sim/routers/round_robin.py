@@ -9,6 +9,8 @@ from sim.routers.base import Router
 class RoundRobinRouter(Router):
     """Cycles over the pool's replicas."""
 
+    name = "round_robin"
+
     _next = 0
 
     def choose(self, rid: int) -> int:

@@ -9,6 +9,8 @@ from sim.routers.base import Router
 class RandomRouter(Router):
     """Uniformly random routing: the baseline of load-aware policies."""
 
+    name = "random"
+
     def choose(self, rid: int) -> int:
         """A random replica that is up."""
         ids = self.view.alive_ids

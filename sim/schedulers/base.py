@@ -65,9 +65,36 @@ class TokenBudgetScheduler:
     (``sim.builders.ignored_settings``) and the cache is built without it.
     """
 
+    # What a policy declares about itself; the registry (sim.schedulers.SCHEDULERS), the
+    # config checks, the invariant checker, capacity's chunk search and the compiled loop's
+    # eligibility all read these, never the policy's name.
+    # the option of scheduler.name this class is
+    name = ""
     # the scheduler.* fields a policy reads (sim.unused_settings warns about the others);
     # its conf/scheduler YAML lists exactly these
     settings = frozenset({"name", "max_model_len"})
+    # prefills whole prompts: every prompt must fit one step's token budget
+    whole_prompt = False
+    # the scheduler.* fields that set a step's prefill chunk (capacity.config_search.chunk)
+    chunk_fields: tuple[str, ...] = ("max_num_batched_tokens",)
+    # the compiled loop (sim.compiled) runs this policy: setting -> the values it handles
+    # (None: any); every setting is listed. None: the reference engine always runs it.
+    fast_path: dict[str, tuple | None] | None = None
+
+    @classmethod
+    def step_token_limit(cls, cfg) -> int:
+        """Most tokens one step of this policy schedules under ``cfg`` (``scheduler.*``)."""
+        return cfg.max_num_batched_tokens
+
+    @classmethod
+    def prefills_whole_prompts(cls, cfg) -> bool:
+        """Whether, under ``cfg``, every prompt must fit one step's token budget."""
+        return cls.whole_prompt or ("enable_chunked_prefill" in cls.settings
+                                    and not cfg.enable_chunked_prefill)
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        """This policy's own checks of ``cfg`` beyond the shared ones (``ConfigError``)."""
 
     uses_prefix_cache = True
     swaps = True

@@ -23,6 +23,7 @@ class DynamicScheduler(StaticScheduler):
     """Static batching whose batch starts when full or when its oldest request has waited
     ``max_queue_delay_ms``."""
 
+    name = "dynamic"
     settings = StaticScheduler.settings | {"max_queue_delay_ms"}
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,

@@ -22,7 +22,9 @@ from sim.state import RequestTable
 class EdfScheduler(VllmScheduler):
     """vLLM's loop with waiting requests served by earliest TTFT deadline."""
 
+    name = "edf"
     settings = VllmScheduler.settings - {"policy"}  # the deadline is the order
+    fast_path = None  # the compiled loop has no deadline order
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:

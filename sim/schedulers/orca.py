@@ -27,7 +27,9 @@ from sim.state import RequestTable
 class OrcaScheduler(TokenBudgetScheduler):
     """Running requests decode; new requests join with their whole prompt, KV reserved."""
 
+    name = "orca"
     settings = TokenBudgetScheduler.settings | {"max_num_seqs", "max_num_batched_tokens"}
+    whole_prompt = True
 
     uses_prefix_cache = False
 

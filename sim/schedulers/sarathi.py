@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import SchedulerConfig
+from sim.errors import ConfigError
 from sim.kv_cache import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers.base import Batch, TokenBudgetScheduler
@@ -35,8 +36,21 @@ from sim.state import RequestTable
 class SarathiScheduler(TokenBudgetScheduler):
     """Decodes first, then prefill chunks up to a fixed per-step token budget."""
 
+    name = "sarathi"
     settings = TokenBudgetScheduler.settings | {"max_num_seqs", "chunk_size",
                                                 "max_num_batched_tokens"}
+    chunk_fields = ("chunk_size", "max_num_batched_tokens")
+
+    @classmethod
+    def step_token_limit(cls, cfg) -> int:
+        return cfg.chunk_size  # Sarathi-Serve's per-step budget
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        if cfg.chunk_size > cfg.max_num_batched_tokens:
+            raise ConfigError("scheduler.chunk_size", cfg.chunk_size,
+                              f"must be <= scheduler.max_num_batched_tokens="
+                              f"{cfg.max_num_batched_tokens} (the step's token budget)")
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:

@@ -57,8 +57,15 @@ LPM_MAX_QUEUE = 128  # above this many waiting requests, FCFS
 class SglangScheduler(TokenBudgetScheduler):
     """Prefill-first batching with decode-token reservation and retraction (SGLang)."""
 
+    name = "sglang"
     settings = TokenBudgetScheduler.settings | {"max_num_seqs", "max_num_batched_tokens",
                                                 "chunk_size"}
+    chunk_fields = ("chunk_size",)
+
+    @classmethod
+    def step_token_limit(cls, cfg) -> int:
+        # a first prompt over max_prefill_tokens is admitted, up to a chunk
+        return max(cfg.max_num_batched_tokens, cfg.chunk_size)
 
     swaps = False  # retraction is by recompute
 

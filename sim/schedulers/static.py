@@ -49,7 +49,9 @@ class PaddedBatch(Batch):
 class StaticScheduler(TokenBudgetScheduler):
     """Forms a padded batch when the previous one has finished and runs it to completion."""
 
+    name = "static"
     settings = TokenBudgetScheduler.settings | {"max_num_seqs", "max_num_batched_tokens"}
+    whole_prompt = True
 
     uses_prefix_cache = False
 

@@ -48,6 +48,7 @@ class TrtllmScheduler(TokenBudgetScheduler):
     """Generation tokens first, then FCFS context chunks; KV by GUARANTEED_NO_EVICT or
     MAX_UTILIZATION."""
 
+    name = "trtllm"
     settings = TokenBudgetScheduler.settings | {
         "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "capacity_scheduler_policy"}

@@ -37,9 +37,14 @@ from sim.state import RequestTable
 class VllmScheduler(TokenBudgetScheduler):
     """Running-first, token-budget, chunked-prefill scheduling with recompute preemption."""
 
+    name = "vllm"
     settings = TokenBudgetScheduler.settings | {
         "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "long_prefill_token_threshold", "policy"}
+    # sim.compiled.step_schedule is this class's FCFS loop; priority order is Python only
+    fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
+                 "max_num_batched_tokens": None, "enable_chunked_prefill": None,
+                 "long_prefill_token_threshold": None, "policy": ("fcfs",)}
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:

@@ -27,8 +27,8 @@ from sim.config import (
     RooflineCostConfig,
     SchedulerConfig,
 )
-from sim.config.scheduler import SCHEDULER_NAMES, WHOLE_PROMPT
 from sim.memory import activation_peak_bytes, kv_bytes_per_token, parameter_count
+from sim.schedulers import SCHEDULERS
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", 50))  # raise locally for a deeper search
 TINY = ModelConfig(name="tiny", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
@@ -41,7 +41,7 @@ def tiny_config(num_blocks: int, block_size: int, max_seqs: int, budget: int, ma
                 threshold: int = 0, name: str = "vllm", **policy) -> SimpleNamespace:
     """A tiny model on a GPU sized so that exactly ``num_blocks`` KV blocks hold tokens;
     ``policy``: fields of scheduler ``name`` (policy, chunk_size, ...)."""
-    if not chunked or name in WHOLE_PROMPT:
+    if not chunked or SCHEDULERS[name].whole_prompt:
         budget = max(budget, max_len)
     sched = SchedulerConfig(name=name, max_num_seqs=max_seqs, max_num_batched_tokens=budget,
                             max_model_len=max_len, enable_chunked_prefill=chunked,
@@ -60,7 +60,7 @@ def tiny_config(num_blocks: int, block_size: int, max_seqs: int, budget: int, ma
 @st.composite
 def policy(draw, budget: int) -> dict:
     """A scheduler name and the fields only that policy reads."""
-    name = draw(st.sampled_from(SCHEDULER_NAMES))
+    name = draw(st.sampled_from(list(SCHEDULERS)))
     fields = {"name": name}
     if name == "vllm":
         fields["policy"] = draw(st.sampled_from(["fcfs", "priority"]))

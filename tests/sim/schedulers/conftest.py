@@ -19,7 +19,6 @@ from sim.config import (
     SchedulerConfig,
 )
 from sim.config.backend import FrontendConfig
-from sim.config.scheduler import WHOLE_PROMPT
 from sim.kv_cache import PagedKVCache
 from sim.memory import activation_peak_bytes, kv_bytes_per_token, parameter_count
 from sim.records import LogHistogram
@@ -76,7 +75,7 @@ def _tiny_config(name="vllm", num_blocks=64, block_size=4, max_seqs=8, budget=25
                  max_len=400, roofline=False, fast_forward=True, **sched) -> SimpleNamespace:
     """A tiny model on a GPU sized so that exactly ``num_blocks`` KV blocks hold tokens
     (policies that prefill whole prompts get a budget of at least ``max_len``)."""
-    if name in WHOLE_PROMPT:
+    if SCHEDULERS[name].whole_prompt:
         budget = max(budget, max_len)
     sched = SchedulerConfig(name=name, max_num_seqs=max_seqs, max_num_batched_tokens=budget,
                             max_model_len=max_len, **sched)
