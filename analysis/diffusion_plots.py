@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from omegaconf import DictConfig
 
 from analysis.diffusion_metrics import per_job_times
-from analysis.plots import number_text, offered_load, run_config, setting, title_of
+from analysis.plots import ecdf_line, number_text, offered_load, run_config, setting, title_of
 from analysis.report import save_figure
 from sim.diffusion.records import DiffusionRecords
 
@@ -89,7 +89,7 @@ def job_latency_figure(records: DiffusionRecords, cfg: DictConfig | None = None)
                            (axes[1], "job_queue_s", "queue wait")):
         data = times[col].dropna()
         if len(data):
-            sns.ecdfplot(x=data, ax=ax)
+            ecdf_line(ax, data)
         _time_axis(ax, data)
         ax.set_xlabel(f"{title} (s)")
         ax.set_title(f"{title} ECDF")

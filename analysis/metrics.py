@@ -263,15 +263,16 @@ def step_rows(tl: pd.DataFrame) -> pd.DataFrame:
 
 
 def kv_usage(tl: pd.DataFrame, meta: dict) -> np.ndarray | None:
-    """Per timeline row, the fraction of its replica's KV blocks in use (None if unknown)."""
+    """Per timeline row, the fraction of its replica's KV blocks in use (None if unknown);
+    ``tl``: a timeline frame, or a dict of its column arrays."""
     blocks = meta.get("replica_num_gpu_blocks")
     if blocks is not None and "replica" in tl:
-        cap = np.asarray(blocks, float)[tl["replica"].to_numpy()]
+        cap = np.asarray(blocks, float)[np.asarray(tl["replica"])]
     elif meta.get("num_gpu_blocks"):
         cap = float(meta["num_gpu_blocks"])
     else:
         return None
-    return tl["kv_blocks_used"].to_numpy() / cap
+    return np.asarray(tl["kv_blocks_used"]) / cap
 
 
 def step_metrics(tl: pd.DataFrame, meta: dict) -> dict:

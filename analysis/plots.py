@@ -18,12 +18,14 @@ from matplotlib.ticker import NullFormatter
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from analysis.metrics import kv_usage, per_request_latencies, step_rows
+from analysis.metrics import kv_usage, per_request_latencies, step_metrics, step_rows
 from analysis.report import save_figure
+from analysis.timeline_bins import binned, num_steps, time_span
 from sim.cost.base import BOUNDS
 from sim.records import Records
 
 MAX_POINTS = 2000
+ECDF_POINTS = 4096  # an ECDF is drawn through at most this many of its order statistics
 SLO_COLOUR = "#d62728"
 # the latency ECDF panels: per-request column (also the name of its ``slo`` bound) and title
 LATENCY_PANELS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2el_ms", "E2E latency"))
@@ -94,20 +96,15 @@ def mark_bound(ax, value: float, unit: str = "ms") -> None:
             rotation=90, ha="right", va="bottom", fontsize=8, color=SLO_COLOUR)
 
 
-def _binned(tl: pd.DataFrame, columns: list[str], points: int = MAX_POINTS) -> pd.DataFrame:
-    """Time-weighted means of timeline columns over at most ``points`` time bins."""
-    if len(tl) <= points:
-        return tl
-    edges = np.linspace(tl["time_s"].iloc[0], tl["time_s"].iloc[-1], points + 1)
-    b = np.clip(np.searchsorted(edges, tl["time_s"], side="right") - 1, 0, points - 1)
-    w = tl["step_time_s"].to_numpy()
-    out = {"time_s": (edges[:-1] + edges[1:]) / 2}
-    wsum = np.bincount(b, weights=w, minlength=points)
-    keep = wsum > 0
-    for c in columns:
-        sums = np.bincount(b, weights=tl[c].to_numpy(float) * w, minlength=points)
-        out[c] = np.divide(sums, wsum, out=np.zeros_like(sums), where=keep)
-    return pd.DataFrame(out)[keep]
+def ecdf_line(ax, data) -> None:
+    """The ECDF of ``data`` on ``ax`` as a step line through at most ``ECDF_POINTS`` of its
+    order statistics (evenly spaced in rank, both extremes kept), so a million requests
+    draw as fast, and look the same, as a few thousand."""
+    x = np.sort(np.asarray(data, float))
+    n = len(x)
+    rank = np.unique(np.linspace(0, n - 1, min(n, ECDF_POINTS)).astype(np.int64))
+    ax.step(x[rank], (rank + 1) / n, where="post")
+    ax.set_ylabel("Proportion")
 
 
 def latency_ecdf_figure(records: Records, cfg: DictConfig | None = None) -> Figure:
@@ -118,7 +115,7 @@ def latency_ecdf_figure(records: Records, cfg: DictConfig | None = None) -> Figu
     for ax, (col, name) in zip(fig.subplots(1, 3), LATENCY_PANELS, strict=True):
         data = lat[col].dropna()
         if len(data):
-            sns.ecdfplot(x=data, ax=ax)
+            ecdf_line(ax, data)
             if data.min() > 0 and data.max() / data.min() > 20:
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(NullFormatter())
@@ -155,24 +152,24 @@ def queue_by_class(requests: pd.DataFrame, times: np.ndarray) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _per_replica(tl: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Binned timeline columns, one series per replica."""
-    if "replica" not in tl:
-        return _binned(tl, columns).assign(replica=0)
-    groups = list(tl.groupby("replica", sort=True))
-    points = max(200, MAX_POINTS // max(len(groups), 1))
-    return pd.concat([_binned(g, columns, points).assign(replica=r) for r, g in groups],
-                     ignore_index=True)
+def _kv_usage_pct(meta: dict):
+    """Per step of a batch, the percentage of its replica's KV blocks in use."""
+    def pct(b: dict) -> np.ndarray:
+        usage = kv_usage(b, meta)
+        return usage * 100 if usage is not None else np.zeros(len(b["time_s"]))
+    return pct
 
 
 def plot_timeline(records: Records, path: Path) -> None:
     """Per replica, batch size and KV-cache usage over simulated time (replica failures
     shaded); the requests waiting for their first step, per class."""
-    tl = step_rows(records.timeline).copy()
-    usage = kv_usage(tl, records.meta)
-    tl["kv_usage_pct"] = usage * 100 if usage is not None else 0.0
-    series = _per_replica(tl, ["batch_size", "kv_usage_pct"])
-    pools = records.meta.get("replica_pools")
+    meta = records.meta
+    replicas = len(meta.get("replica_num_gpu_blocks") or [0])
+    series = binned(records.timeline, meta, {
+        "batch_size": (["batch_size"], lambda b: b["batch_size"]),
+        "kv_usage_pct": (["kv_blocks_used"], _kv_usage_pct(meta))},
+        points=max(200, MAX_POINTS // replicas))
+    pools = meta.get("replica_pools")
     names = {r: f"{pools[r]} {r}" if pools and len(set(pools)) > 1 else str(r)
              for r in series["replica"].unique()}
     series["replica"] = series["replica"].map(names)
@@ -185,11 +182,11 @@ def plot_timeline(records: Records, path: Path) -> None:
                      estimator=None, errorbar=None, legend=not many,
                      palette="viridis" if many else "tab10")
         ax.set_ylabel(label)
-        for f in records.meta.get("failures", []):  # a replica down: shaded, lines bridge it
-            end = f["up_s"] if f["up_s"] is not None else records.meta.get("sim_time_s")
+        for f in meta.get("failures", []):  # a replica down: shaded, lines bridge it
+            end = f["up_s"] if f["up_s"] is not None else meta.get("sim_time_s")
             ax.axvspan(f["down_s"], end, color="grey", alpha=0.15, linewidth=0)
     axes[1].set_ylim(0, 105)
-    span = (tl["time_s"].min(), (tl["time_s"] + tl["step_time_s"]).max())
+    span = time_span(records.timeline, meta)
     queue = queue_by_class(records.requests, np.linspace(*span, MAX_POINTS))
     sns.lineplot(data=queue, x="time_s", y="waiting", hue="class", ax=axes[2], linewidth=0.8,
                  estimator=None, errorbar=None)
@@ -199,19 +196,27 @@ def plot_timeline(records: Records, path: Path) -> None:
     save_figure(fig, path, dpi=110)
 
 
+def _roof_share(column: str):
+    """Per step of a batch, the share of its time on ``column``'s roof."""
+    def share(b: dict) -> np.ndarray:
+        step = b["step_time_s"]
+        return np.divide(b[column], step, out=np.zeros(len(step)), where=step > 0)
+    return share
+
+
 def plot_bound_share(records: Records, path: Path) -> None:
     """Share of step time bound by compute, memory, communication and host, over time."""
-    tl = step_rows(records.timeline)
     cols = [f"{b}_s" for b in BOUNDS]
     fig = Figure(figsize=(11, 4))
     ax0, ax1 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 3]})
-    totals = tl[cols].sum()
-    share = totals / totals.sum() if totals.sum() else totals
-    sns.barplot(x=list(BOUNDS), y=share.to_numpy() * 100, ax=ax0, hue=list(BOUNDS), legend=False)
+    steps = step_metrics(records.timeline, records.meta)
+    share = np.array([steps.get(f"{b}_bound_share", 0.0) for b in BOUNDS])
+    sns.barplot(x=list(BOUNDS), y=share * 100, ax=ax0, hue=list(BOUNDS), legend=False)
     ax0.set_ylabel("share of step time (%)")
     ax0.set_title("whole run")
     ax0.tick_params(axis="x", labelsize=8)
-    b = _binned(tl.assign(**{c: tl[c] / tl["step_time_s"] for c in cols}), cols, points=200)
+    b = binned(records.timeline, records.meta, {c: ([c], _roof_share(c)) for c in cols},
+               points=200, by_replica=False)
     ax1.stackplot(b["time_s"], *(b[c] * 100 for c in cols), labels=list(BOUNDS))
     ax1.set_ylim(0, 100)
     ax1.set_xlabel("simulated time (s)")
@@ -228,11 +233,13 @@ def write_plots(records: Records, outdir: Path, cfg: DictConfig | None = None) -
     outdir = Path(outdir)
     cfg = cfg if cfg is not None else run_config(outdir)
     paths = [outdir / "latency_ecdf.png", outdir / "timeline.png", outdir / "bound_share.png"]
-    has_steps = len(step_rows(records.timeline)) > 0
-    if not has_steps and "step_totals" not in records.meta:
+    meta = records.meta
+    has_rows = len(step_rows(records.timeline)) > 0 or (
+        "timeline_file" in meta and num_steps(records.timeline, meta) > 0)
+    if not has_rows and "step_totals" not in meta:
         return []
     plot_latency_ecdfs(records, paths[0], cfg)
-    if not has_steps:  # ``timeline: false``: no per-step rows to draw
+    if not has_rows:  # ``timeline: false``: no per-step rows to draw
         return paths[:1]
     plot_timeline(records, paths[1])
     plot_bound_share(records, paths[2])

@@ -24,9 +24,7 @@ from analysis.metrics import percentile_of, reported_labels
 from sim.cost.base import BOUNDS
 from sim.errors import OutputError
 from sim.records import Records
-
-KINDS = ("step", "kv_transfer")  # codes of the timeline's ``kind`` column
-
+from sim.timeline_file import KINDS
 
 SUMMARY_JSON = "summary.json"
 FAILED_JSON = "failed.json"  # a failed sweep job's error (sim.app.write_failure)
@@ -112,6 +110,8 @@ def write_tables(records: Records, outdir: Path) -> list[Path]:
     outdir = make_folder(outdir)
     paths = [outdir / "requests.parquet", outdir / "timeline.parquet"]
     atomic_write(paths[0], lambda p: records.requests.to_parquet(p, index=False))
+    if "timeline_file" in records.meta:  # streamed there by the run (sim.timeline_file)
+        return [paths[0], Path(records.meta["timeline_file"])]
     if "step_totals" in records.meta:
         paths[1].unlink(missing_ok=True)
         return paths[:1]

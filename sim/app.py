@@ -191,8 +191,10 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
     with tqdm(total=total, unit="req" if jobs is None else "job", disable=not show_progress,
               mininterval=0.5, desc="simulating") as bar:
         if kind == "llm":
+            # the timeline goes to its file as the run goes: memory bounded at any length
             records = simulate(cfg, requests, progress=bar,
-                               keep_itl_samples=cfg.keep_itl_samples)
+                               keep_itl_samples=cfg.keep_itl_samples,
+                               timeline_path=outdir / "timeline.parquet")
         elif kind == "diffusion":
             job_records = simulate_diffusion(cfg, jobs, progress=bar)
         else:

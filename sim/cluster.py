@@ -62,6 +62,7 @@ from sim.state import (
     WAITING,
     RequestTable,
 )
+from sim.timeline_file import StreamedSteps, TimelineFile
 
 ROUTING_STREAM, FAULT_STREAM = 2, 4  # spawn keys under the run's SeedSequence
 log = logging.getLogger(__name__)
@@ -91,13 +92,18 @@ class Cluster:
     def __init__(self, env: simpy.Environment, cfg, table: RequestTable, itl: LogHistogram,
                  seed: int = 0, hash_ids: np.ndarray | None = None,
                  fast_forward: bool = True, check_invariants: bool = False,
-                 timeline: bool = True) -> None:
+                 timeline: bool = True, timeline_file: TimelineFile | None = None) -> None:
         """``cfg``: the composed config; ``hash_ids``: per request, prefix-block hashes;
         ``check_invariants``: assert the run's invariants after every step (slow; tests);
-        ``timeline``: one record per step (else running totals per replica)."""
+        ``timeline``: one record per step (else running totals per replica);
+        ``timeline_file``: write those records there as they come (memory bounded) and keep
+        running totals."""
         self.env, self.cfg, self.table = env, plain(cfg), table
         self.seed, self.hash_ids, self.fast_forward = int(seed), hash_ids, fast_forward
-        self.check_invariants, self.keep_timeline = check_invariants, timeline
+        self.timeline_file = timeline_file
+        self.timeline_path = None  # where the timeline went, once its file is finished
+        self.keep_timeline = timeline and timeline_file is None  # rows held in memory
+        self.check_invariants = check_invariants
         self.checker = InvariantChecker(self) if check_invariants else None
         self.held = np.zeros(table.size, np.int64)
         self.submitted = np.zeros(table.size, bool)  # reached the cluster (not refused)
@@ -176,7 +182,9 @@ class Cluster:
                 on_complete=lambda ids, now, p=pool, r=r: p.on_finish(p, r, ids, now),
                 fast_forward=self.fast_forward, gid=first + r,
                 speed=self.speeds.get(first + r), check=self.checker,
-                timeline=self.keep_timeline, frontend=frontend))
+                timeline=self.keep_timeline, frontend=frontend,
+                steps=None if self.timeline_file is None else StreamedSteps(
+                    self.timeline_file, first + r, TIMELINE_COLUMNS)))
         meta = pool.parts[0].meta
         kv_tokens = (meta["num_gpu_blocks"] - 1) * meta["block_size"]
         pool.view = PoolView([p.scheduler for p in pool.parts], table, self.hash_ids, kv_tokens,
@@ -355,7 +363,10 @@ class Cluster:
 
     def timeline(self) -> pd.DataFrame:
         """Every replica's steps (and KV transfers), with its ``replica`` id, in time order
-        (no rows when the run keeps step totals only)."""
+        (no rows when the run keeps step totals only, or wrote them to its timeline file,
+        which this finishes)."""
+        if self.timeline_file is not None:
+            self._finish_timeline_file()
         if not self.keep_timeline:
             tl = ColumnBuffer(TIMELINE_COLUMNS, capacity=0).to_frame()
             tl.insert(0, "replica", np.empty(0, np.int32))
@@ -372,6 +383,19 @@ class Cluster:
             return frames[0]
         tl = pd.concat(frames, ignore_index=True)
         return tl.sort_values(["time_s", "replica"], kind="stable", ignore_index=True)
+
+    def _finish_timeline_file(self) -> None:
+        """Write what the replicas still hold and the KV transfers, and close the file."""
+        f, self.timeline_file = self.timeline_file, None  # finished once
+        self.timeline_path = f.path
+        for pool in self.pools:
+            for rep in pool.replicas:
+                rep.steps.flush()
+        if self.disagg is not None:
+            rows = self.disagg.timeline()
+            f.write(rows["replica"].to_numpy(), 1,
+                    {c: rows[c].to_numpy() for c in TIMELINE_COLUMNS})
+        f.close()
 
     def step_totals(self) -> list[dict]:
         """Per replica (by run-wide id), its ``StepTotals`` as a dict (``timeline: false``)."""

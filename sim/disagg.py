@@ -57,8 +57,8 @@ class Disaggregation:
         self.start_s = np.full(n, np.nan)  # of the last transfer of each request
         self.end_s = np.full(n, np.nan)
         # one timeline row per transfer, unless the run keeps step totals only
-        self._rows = ColumnBuffer(TIMELINE_COLUMNS, capacity=1024) if cluster.keep_timeline \
-            else None
+        self._rows = ColumnBuffer(TIMELINE_COLUMNS, capacity=1024) if (
+            cluster.keep_timeline or cluster.timeline_file is not None) else None
         self._row_replica: list[int] = []
         self.parked: list[int] = []  # prefilled while no decode replica was up
         self.in_flight: dict[int, int] = {}  # rid → retry count when its transfer started

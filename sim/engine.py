@@ -37,7 +37,9 @@ from sim.cluster import Cluster
 from sim.compiled.core import PROGRESS_EVERY, CompiledPool, why_not_compiled
 from sim.errors import sigterm_interrupts
 from sim.records import LogHistogram, Records
+from sim.replica import TIMELINE_COLUMNS
 from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable, check_releases
+from sim.timeline_file import TimelineFile
 
 
 def next_of_client(client: np.ndarray) -> np.ndarray:
@@ -204,24 +206,33 @@ class LLMRun:
     ttft_slo: np.ndarray | None
 
 
-def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool = False) -> Records:
+def simulate(cfg, requests: pd.DataFrame, progress=None, keep_itl_samples: bool = False,
+             timeline_path=None) -> Records:
     """Run the configured cluster (one replica by default) over ``requests``; its records.
 
     ``cfg`` is the composed config (model, hardware, scheduler, kv_cache, cluster, cost_model;
     ``seed`` picks the routing and failure streams); ``progress`` is an optional tqdm-like
     object updated by completed request counts. Ctrl-C (or a ``KeyboardInterrupt`` from
     ``progress``) ends the run early: the records of what was simulated up to then, marked
-    ``meta["partial"]`` with ``meta["interrupted_at_sim_s"]``.
+    ``meta["partial"]`` with ``meta["interrupted_at_sim_s"]``. ``timeline_path``: write the
+    per-step timeline there as the run goes (``sim.timeline_file``: memory bounded at any
+    length; ``meta["timeline_file"]``) instead of holding it, keeping step totals.
     """
-    run = build_llm(simpy.Environment(), cfg, requests, progress, keep_itl_samples)
-    why_not = why_not_compiled(cfg, run)
-    if why_not:
-        interrupted = run_until(run.env, run.arrivals.done,
-                                unfinished_rows(run.table.completion))
-        now = float(run.env.now)
-    else:
-        interrupted, now = run_compiled(run, progress)
-    records = llm_records(run, interrupted, now)
+    run = build_llm(simpy.Environment(), cfg, requests, progress, keep_itl_samples,
+                    timeline_path)
+    try:
+        why_not = why_not_compiled(cfg, run)
+        if why_not:
+            interrupted = run_until(run.env, run.arrivals.done,
+                                    unfinished_rows(run.table.completion))
+            now = float(run.env.now)
+        else:
+            interrupted, now = run_compiled(run, progress)
+        records = llm_records(run, interrupted, now)
+    except BaseException:
+        if run.cluster.timeline_file is not None:  # no half-written timeline is left
+            run.cluster.timeline_file.abort()
+        raise
     records.meta["engine"] = f"python ({why_not})" if why_not else "compiled"
     return records
 
@@ -250,9 +261,10 @@ def run_compiled(run: LLMRun, progress=None) -> tuple[bool, float]:
 
 
 def build_llm(env: simpy.Environment, cfg, requests: pd.DataFrame, progress=None,
-              keep_itl_samples: bool = False) -> LLMRun:
+              keep_itl_samples: bool = False, timeline_path=None) -> LLMRun:
     """The replicas of ``cfg.cluster`` and the release of ``requests`` to them, as processes
-    of ``env`` (``simulate`` runs them alone; ``cluster=mixed`` next to a diffusion pool)."""
+    of ``env`` (``simulate`` runs them alone; ``cluster=mixed`` next to a diffusion pool);
+    ``timeline_path``: as ``simulate``'s."""
     ttft_slo = requests["ttft_slo_ms"].to_numpy() * 1e-3 if "ttft_slo_ms" in requests else None
     table = RequestTable(requests["arrival_time_s"].to_numpy(),
                          requests["input_tokens"].to_numpy(),
@@ -264,10 +276,12 @@ def build_llm(env: simpy.Environment, cfg, requests: pd.DataFrame, progress=None
     think = requests["think_time_s"].to_numpy(np.float64)
     hash_ids = requests["hash_ids"].to_numpy() if "hash_ids" in requests else None
     itl = LogHistogram(keep_samples=keep_itl_samples)
+    keep = bool(getattr(cfg, "timeline", True))
     cluster = Cluster(env, cfg, table, itl, seed=getattr(cfg, "seed", 0), hash_ids=hash_ids,
                       fast_forward=bool(getattr(cfg, "fast_forward", True)),
                       check_invariants=bool(getattr(cfg, "check_invariants", False)),
-                      timeline=bool(getattr(cfg, "timeline", True)))
+                      timeline=keep, timeline_file=TimelineFile(timeline_path, TIMELINE_COLUMNS)
+                      if keep and timeline_path is not None else None)
     arrivals = _Arrivals(env, table, cluster, client, think, progress)
     return LLMRun(env, requests, table, client, cluster, arrivals, itl, ttft_slo)
 
@@ -297,7 +311,10 @@ def llm_records(run: LLMRun, interrupted: bool, now: float | None = None) -> Rec
         meta["interrupted_at_sim_s"] = now
     if not cluster.keep_timeline:
         meta["step_totals"] = cluster.step_totals()
-    return Records(frame, cluster.timeline(), run.itl, meta)
+    timeline = cluster.timeline()  # finishes a timeline file
+    if cluster.timeline_path is not None:
+        meta["timeline_file"] = str(cluster.timeline_path)
+    return Records(frame, timeline, run.itl, meta)
 
 
 def _request_frame(cluster: Cluster, client: np.ndarray) -> pd.DataFrame:

@@ -43,6 +43,10 @@ class ColumnBuffer:
     def __len__(self) -> int:
         return self._n
 
+    def clear(self) -> None:
+        """Forget the rows (their storage is reused)."""
+        self._n = 0
+
     def to_frame(self, copy: bool = True) -> pd.DataFrame:
         """The rows appended so far (``copy=False``: views of the buffer, for a frame built
         once at the end of a run, which then owns the memory)."""

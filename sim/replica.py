@@ -59,10 +59,11 @@ class Replica:
                  next_arrival: Callable[[], float] = lambda: float("inf"),
                  fast_forward: bool = True, gid: int = 0, speed: SpeedSchedule | None = None,
                  check: InvariantChecker | None = None, timeline: bool = True,
-                 frontend: FrontendServer | None = None) -> None:
+                 frontend: FrontendServer | None = None, steps=None) -> None:
         """``gid``: its run-wide replica id; ``speed``: its straggler episodes (None: never
         slow); ``check``: the run's invariant checker (None: ``check_invariants`` is off);
-        ``timeline``: keep one row per step (else only ``StepTotals``); ``frontend``: its API
+        ``timeline``: keep one row per step (else only ``StepTotals``); ``steps``: where its
+        rows go instead (``sim.timeline_file.StreamedSteps``); ``frontend``: its API
         server (None: a wire). A frontend streams each step's tokens, one step at a time, so
         it turns fast-forward off."""
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
@@ -76,8 +77,9 @@ class Replica:
         self.frontend = frontend
         self.in_frontend: set[int] = set()  # routed here, not yet through the frontend
         self.fast_forward = fast_forward and frontend is None
-        # one row per step, or running totals (same append/extend calls)
-        self.steps = ColumnBuffer(TIMELINE_COLUMNS) if timeline else StepTotals()
+        # one row per step, rows streamed to a file, or running totals (same calls)
+        self.steps = steps if steps is not None else (
+            ColumnBuffer(TIMELINE_COLUMNS) if timeline else StepTotals())
         self._wakeup: simpy.Event | None = None
         self._repaired: simpy.Event | None = None
         self.up = True

@@ -55,8 +55,9 @@ class StopAfter:
 
 def _interrupting_simulate(n: int):
     """``simulate`` as ``sim.app.run`` calls it, but interrupted after ``n`` requests."""
-    def fake(cfg, requests, progress=None, keep_itl_samples=False):
-        return simulate(cfg, requests, progress=StopAfter(n), keep_itl_samples=keep_itl_samples)
+    def fake(cfg, requests, progress=None, keep_itl_samples=False, timeline_path=None):
+        return simulate(cfg, requests, progress=StopAfter(n), keep_itl_samples=keep_itl_samples,
+                        timeline_path=timeline_path)
     return fake
 
 

@@ -1,0 +1,99 @@
+"""Time-binned, step-time-weighted means of timeline columns, per replica, for the plots.
+
+The rows come from the run's in-memory timeline or from the ``timeline.parquet`` it streamed
+(``sim.timeline_file``), read a row group at a time, so a plot of millions of steps holds only
+its bins. A bin's value is ``Σ x·w / Σ w`` over the engine steps whose start falls in it, with
+``w`` the step time (the KV-transfer rows of a disaggregated run are left out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+BASE = ("replica", "time_s", "step_time_s")
+
+
+def _file(meta: dict) -> Path | None:
+    path = meta.get("timeline_file")
+    return Path(path) if path else None
+
+
+def num_steps(timeline: pd.DataFrame, meta: dict) -> int:
+    """Engine steps of the run: the timeline's step rows, or its step totals."""
+    if "step_totals" in meta:
+        return int(sum(t["num_steps"] for t in meta["step_totals"]))
+    return int((timeline["kind"] == 0).sum()) if "kind" in timeline else len(timeline)
+
+
+def step_batches(timeline: pd.DataFrame, meta: dict, columns: list[str]
+                 ) -> Iterator[dict[str, np.ndarray]]:
+    """The run's engine-step rows as column arrays (``replica``, ``time_s``,
+    ``step_time_s`` and ``columns``): the in-memory timeline at once, or its streamed file a
+    row group at a time."""
+    want = list(dict.fromkeys([*BASE, *columns]))
+    path = _file(meta)
+    if path is None:
+        tl = timeline[timeline["kind"] == 0] if "kind" in timeline else timeline
+        out = {c: tl[c].to_numpy() for c in want if c in tl}
+        out.setdefault("replica", np.zeros(len(tl), np.int32))
+        yield out
+        return
+    f = pq.ParquetFile(path)
+    for i in range(f.num_row_groups):
+        group = f.read_row_group(i, columns=[*want, "kind"])
+        step = group.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False) == 0
+        yield {c: group.column(c).to_numpy()[step] for c in want}
+
+
+def time_span(timeline: pd.DataFrame, meta: dict) -> tuple[float, float]:
+    """(first step start, last step end) of the run's engine steps."""
+    lo, hi = np.inf, -np.inf
+    for b in step_batches(timeline, meta, []):
+        if len(b["time_s"]):
+            lo = min(lo, float(b["time_s"].min()))
+            hi = max(hi, float((b["time_s"] + b["step_time_s"]).max()))
+    return (lo, hi) if lo <= hi else (0.0, 0.0)
+
+
+def binned(timeline: pd.DataFrame, meta: dict, values: dict, points: int,
+           by_replica: bool = True) -> pd.DataFrame:
+    """Per replica (``by_replica``; else every replica's steps together, as replica 0) and
+    time bin (``points`` bins over the run's span), the step-time-weighted mean of each of
+    ``values`` (name → (columns read, function of a batch giving the value per step)); one
+    row per non-empty bin, with its mid ``time_s`` and ``replica``."""
+    lo, hi = time_span(timeline, meta)
+    edges = np.linspace(lo, max(hi, lo + 1e-12), points + 1)
+    columns = sorted({c for cols, _ in values.values() for c in cols})
+    weight: dict[int, np.ndarray] = {}
+    sums: dict[int, dict[str, np.ndarray]] = {}
+    for b in step_batches(timeline, meta, columns):
+        bins = np.clip(np.searchsorted(edges, b["time_s"], side="right") - 1, 0, points - 1)
+        w = b["step_time_s"]
+        per_step = {name: np.asarray(fn(b), float) for name, (_, fn) in values.items()}
+        replica = b["replica"] if by_replica else np.zeros(len(w), np.int32)
+        for r in np.unique(replica):
+            mine = replica == r
+            key = int(r)
+            if key not in weight:
+                weight[key] = np.zeros(points)
+                sums[key] = {name: np.zeros(points) for name in values}
+            weight[key] += np.bincount(bins[mine], weights=w[mine], minlength=points)
+            for name, x in per_step.items():
+                sums[key][name] += np.bincount(bins[mine], weights=x[mine] * w[mine],
+                                               minlength=points)
+    mid = (edges[:-1] + edges[1:]) / 2
+    frames = []
+    for r in sorted(weight):
+        keep = weight[r] > 0
+        frame = {"time_s": mid[keep], "replica": np.full(int(keep.sum()), r)}
+        for name in values:
+            frame[name] = sums[r][name][keep] / weight[r][keep]
+        frames.append(pd.DataFrame(frame))
+    if not frames:
+        return pd.DataFrame({"time_s": [], "replica": [], **{n: [] for n in values}})
+    return pd.concat(frames, ignore_index=True)
