@@ -24,7 +24,7 @@ from sim.cost.cuda_graphs import capture_sizes
 from sim.cost.eager import eager_launch_s
 from sim.cost.host import KEYS as HOST_KEYS
 from sim.cost.host import HostCosts
-from sim.cost.roofline import load_calibration
+from sim.cost.roofline import shared_calibration
 from sim.errors import ConfigError
 from sim.frontend import FRONTEND_KEYS, FrontendCosts
 from sim.kv_cache import PagedKVCache, build_kv_cache
@@ -68,9 +68,9 @@ def calibration_of(cfg) -> tuple:
     """The calibrated efficiencies and document of ``cfg``'s hardware and backend
     (``cost_model.calibration``, or ``hardware.calibration`` when that is ``auto``)."""
     c = cfg.cost_model
-    if c.calibration == "auto":
-        return load_calibration(cfg.hardware.calibration, cfg.backend.name)
-    return load_calibration(c.calibration, cfg.backend.name, "cost_model.calibration")
+    if c.calibration == "auto":  # shared, read only (every replica's build reads it)
+        return shared_calibration(cfg.hardware.calibration, cfg.backend.name)
+    return shared_calibration(c.calibration, cfg.backend.name, "cost_model.calibration")
 
 
 def build_frontend_costs(cfg) -> FrontendCosts:

@@ -115,9 +115,11 @@ class CompiledPool:
         rs[:, S.FREE] = [p.kv.free_blocks for p in pool.parts]
         ids = lambda: np.zeros((R, m), np.int64)  # noqa: E731
         # per replica: state, (step start, end), running, batch ids, new and cached tokens;
-        # the waiting queues' links; what is left to happen at this instant (kernel._now_queue)
+        # the waiting queues' links; what is left to happen at this instant (kernel._now_queue);
+        # the heap of the busy replicas' step ends (time, stamp, replica)
         self.pool = (rs, np.zeros((R, 2)), ids(), ids(), ids(), ids(),
-                     np.zeros(t.size, np.int64), np.zeros(R + t.size + 1, np.int64))
+                     np.zeros(t.size, np.int64), np.zeros(R + t.size + 1, np.int64),
+                     (np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64)))
         self.state = np.zeros(K.NUM_STATE, np.int64)
         self.state[K.PENDING] = -1
         self.clock = np.zeros(1)
@@ -143,11 +145,15 @@ class CompiledPool:
         cols, replica = [c[:k] for c in self.rows[:-1]], self.rows[-1][:k]
         if len(self.steps) == 1:
             self.steps[0].extend(k, *cols, 0.0)
-        else:
-            for r, steps in enumerate(self.steps):
-                mine = replica == r
-                if mine.any():
-                    steps.extend(int(mine.sum()), *(c[mine] for c in cols), 0.0)
+        else:  # grouped by replica once (stable: each keeps its time order), not masked R times
+            order = np.argsort(replica, kind="stable")
+            cols = [c[order] for c in cols]
+            ends = np.cumsum(np.bincount(replica, minlength=len(self.steps)))
+            start = 0
+            for r in np.flatnonzero(np.diff(ends, prepend=0)):
+                end = int(ends[r])
+                self.steps[r].extend(end - start, *(c[start:end] for c in cols), 0.0)
+                start = end
         self.state[K.ROWS] = 0
 
     def advance(self, max_ended: int) -> int:

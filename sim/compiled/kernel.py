@@ -38,8 +38,8 @@ from sim.compiled.step_price import price_step
 DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED = range(6)
 # entries of the run's integer state vector
 (CURSOR, ENDED, NEED, ROWS, HEAP, PENDING, QHEAD, QCOUNT, RR, TURN, STAMP,
- OPEN_STAMP) = range(12)
-NUM_STATE = 12
+ OPEN_STAMP, STEPS) = range(13)
+NUM_STATE = 13
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
 ROUND_ROBIN, LEAST_OUTSTANDING = range(2)  # routers
 
@@ -59,28 +59,28 @@ def _stamp(st):
 
 
 @njit(cache=True)
-def _heap_push(heap, st, time, rid):
-    """Add ``rid``'s release at ``time`` to the heap of follow-ups sent after a think time."""
+def _heap_insert(heap, st, size, time, stamp, item):
+    """Add ``item`` due at (``time``, ``stamp``) to a binary heap of three arrays (times,
+    stamps, items) whose length is ``st[size]``."""
     heap_t, heap_s, heap_r = heap
-    stamp = _stamp(st)
-    i = st[HEAP]
-    st[HEAP] += 1
+    i = st[size]
+    st[size] += 1
     while i > 0:
         p = (i - 1) // 2
         if _before(heap_t[p], heap_s[p], time, stamp):
             break
         heap_t[i], heap_s[i], heap_r[i] = heap_t[p], heap_s[p], heap_r[p]
         i = p
-    heap_t[i], heap_s[i], heap_r[i] = time, stamp, rid
+    heap_t[i], heap_s[i], heap_r[i] = time, stamp, item
 
 
 @njit(cache=True)
-def _heap_pop(heap, st):
-    """Remove the heap's first release."""
+def _heap_remove_first(heap, st, size):
+    """Remove the first entry (smallest time, then stamp) of a heap of ``_heap_insert``."""
     heap_t, heap_s, heap_r = heap
-    n = st[HEAP] - 1
-    st[HEAP] = n
-    time, stamp, rid = heap_t[n], heap_s[n], heap_r[n]
+    n = st[size] - 1
+    st[size] = n
+    time, stamp, item = heap_t[n], heap_s[n], heap_r[n]
     i = 0
     while 2 * i + 1 < n:
         c = 2 * i + 1
@@ -90,7 +90,19 @@ def _heap_pop(heap, st):
             break
         heap_t[i], heap_s[i], heap_r[i] = heap_t[c], heap_s[c], heap_r[c]
         i = c
-    heap_t[i], heap_s[i], heap_r[i] = time, stamp, rid
+    heap_t[i], heap_s[i], heap_r[i] = time, stamp, item
+
+
+@njit(cache=True)
+def _heap_push(heap, st, time, rid):
+    """Add ``rid``'s release at ``time`` to the heap of follow-ups sent after a think time."""
+    _heap_insert(heap, st, HEAP, time, _stamp(st), rid)
+
+
+@njit(cache=True)
+def _heap_pop(heap, st):
+    """Remove the heap's first release."""
+    _heap_remove_first(heap, st, HEAP)
 
 
 @njit(cache=True)
@@ -216,7 +228,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         max_ended):
     """Advance the pool (module doc); returns a code of ``DONE`` … ``STALLED``."""
     tok, head_tok, head_seq, prm, etas = prices
-    rs, rf, running, bids, bnew, bctx, wnext, instant = pool
+    rs, rf, running, bids, bnew, bctx, wnext, instant, ends = pool
     want, need, emit, gaps, x, cost = scratch
     n = len(t[0])
     R = rs.shape[0]
@@ -254,6 +266,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             st[ROWS] = k + 1
             rf[p, 1] = start + cost[0]
             rs[p, S.PHASE] = BUSY
+            _heap_insert(ends, st, STEPS, rf[p, 1], rs[p, S.STARTED], p)
             st[PENDING] = -1
             continue
         if st[ENDED] >= max_ended:  # (a step is recorded when it starts, as in SimPy)
@@ -261,9 +274,8 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         now = clock[0]
         # the next event created before now: a step's end, open-loop requests, a follow-up
         when, stamp, kind, r = math.inf, 0, -1, -1
-        for j in range(R):
-            if rs[j, S.PHASE] == BUSY and _before(rf[j, 1], rs[j, S.STARTED], when, stamp):
-                when, stamp, kind, r = rf[j, 1], rs[j, S.STARTED], 0, j
+        if st[STEPS]:  # the busy replicas' step ends, first first: O(log R) per event
+            when, stamp, kind, r = ends[0][0], ends[1][0], 0, ends[2][0]
         if st[CURSOR] < len(order):
             a = t[0][order[st[CURSOR]]]
             if _before(a, st[OPEN_STAMP], when, stamp):
@@ -295,6 +307,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             else:
                 _arrive(rid, when, t, refusal, clients, router, pool, st)
         else:
+            _heap_remove_first(ends, st, STEPS)
             seen = when
             fe = clients[3]
             if fe[3][2]:  # the clients see the step's tokens once streamed (``stream``)
