@@ -18,9 +18,9 @@ from matplotlib.ticker import NullFormatter
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from analysis.metrics import kv_usage, per_request_latencies, step_metrics, step_rows
+from analysis.metrics import kv_usage, per_request_latencies, step_metrics
 from analysis.report import save_figure
-from analysis.timeline_bins import binned, num_steps, time_span
+from analysis.timeline_bins import binned, time_span
 from sim.cost.base import BOUNDS
 from sim.records import Records
 
@@ -160,15 +160,18 @@ def _kv_usage_pct(meta: dict):
     return pct
 
 
-def plot_timeline(records: Records, path: Path) -> None:
+def plot_timeline(records: Records, path: Path, span: tuple[float, float] | None = None
+                  ) -> None:
     """Per replica, batch size and KV-cache usage over simulated time (replica failures
-    shaded); the requests waiting for their first step, per class."""
+    shaded); the requests waiting for their first step, per class. ``span``: the steps'
+    ``time_span`` (None: read it)."""
     meta = records.meta
+    span = span if span is not None else time_span(records.timeline, meta)
     replicas = len(meta.get("replica_num_gpu_blocks") or [0])
     series = binned(records.timeline, meta, {
         "batch_size": (["batch_size"], lambda b: b["batch_size"]),
         "kv_usage_pct": (["kv_blocks_used"], _kv_usage_pct(meta))},
-        points=max(200, MAX_POINTS // replicas))
+        points=max(200, MAX_POINTS // replicas), span=span)
     pools = meta.get("replica_pools")
     names = {r: f"{pools[r]} {r}" if pools and len(set(pools)) > 1 else str(r)
              for r in series["replica"].unique()}
@@ -186,7 +189,6 @@ def plot_timeline(records: Records, path: Path) -> None:
             end = f["up_s"] if f["up_s"] is not None else meta.get("sim_time_s")
             ax.axvspan(f["down_s"], end, color="grey", alpha=0.15, linewidth=0)
     axes[1].set_ylim(0, 105)
-    span = time_span(records.timeline, meta)
     queue = queue_by_class(records.requests, np.linspace(*span, MAX_POINTS))
     sns.lineplot(data=queue, x="time_s", y="waiting", hue="class", ax=axes[2], linewidth=0.8,
                  estimator=None, errorbar=None)
@@ -204,8 +206,11 @@ def _roof_share(column: str):
     return share
 
 
-def plot_bound_share(records: Records, path: Path) -> None:
-    """Share of step time bound by compute, memory, communication and host, over time."""
+def plot_bound_share(records: Records, path: Path,
+                     span: tuple[float, float] | None = None) -> None:
+    """Share of step time bound by compute, memory, communication and host, over time;
+    ``span`` as ``plot_timeline``'s."""
+    span = span if span is not None else time_span(records.timeline, records.meta)
     cols = [f"{b}_s" for b in BOUNDS]
     fig = Figure(figsize=(11, 4))
     ax0, ax1 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 3]})
@@ -216,7 +221,7 @@ def plot_bound_share(records: Records, path: Path) -> None:
     ax0.set_title("whole run")
     ax0.tick_params(axis="x", labelsize=8)
     b = binned(records.timeline, records.meta, {c: ([c], _roof_share(c)) for c in cols},
-               points=200, by_replica=False)
+               points=200, span=span, by_replica=False)
     ax1.stackplot(b["time_s"], *(b[c] * 100 for c in cols), labels=list(BOUNDS))
     ax1.set_ylim(0, 100)
     ax1.set_xlabel("simulated time (s)")
@@ -234,13 +239,14 @@ def write_plots(records: Records, outdir: Path, cfg: DictConfig | None = None) -
     cfg = cfg if cfg is not None else run_config(outdir)
     paths = [outdir / "latency_ecdf.png", outdir / "timeline.png", outdir / "bound_share.png"]
     meta = records.meta
-    has_rows = len(step_rows(records.timeline)) > 0 or (
-        "timeline_file" in meta and num_steps(records.timeline, meta) > 0)
+    kept = "timeline_file" in meta or "step_totals" not in meta  # not ``timeline: false``
+    has_rows = kept and step_metrics(records.timeline, meta)["num_steps"] > 0
     if not has_rows and "step_totals" not in meta:
         return []
     plot_latency_ecdfs(records, paths[0], cfg)
     if not has_rows:  # ``timeline: false``: no per-step rows to draw
         return paths[:1]
-    plot_timeline(records, paths[1])
-    plot_bound_share(records, paths[2])
+    span = time_span(records.timeline, meta)  # one read of the rows for both plots
+    plot_timeline(records, paths[1], span)
+    plot_bound_share(records, paths[2], span)
     return paths

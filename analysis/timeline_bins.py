@@ -15,19 +15,14 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from analysis.metrics import step_rows
+
 BASE = ("replica", "time_s", "step_time_s")
 
 
 def _file(meta: dict) -> Path | None:
     path = meta.get("timeline_file")
     return Path(path) if path else None
-
-
-def num_steps(timeline: pd.DataFrame, meta: dict) -> int:
-    """Engine steps of the run: the timeline's step rows, or its step totals."""
-    if "step_totals" in meta:
-        return int(sum(t["num_steps"] for t in meta["step_totals"]))
-    return int((timeline["kind"] == 0).sum()) if "kind" in timeline else len(timeline)
 
 
 def step_batches(timeline: pd.DataFrame, meta: dict, columns: list[str]
@@ -38,7 +33,7 @@ def step_batches(timeline: pd.DataFrame, meta: dict, columns: list[str]
     want = list(dict.fromkeys([*BASE, *columns]))
     path = _file(meta)
     if path is None:
-        tl = timeline[timeline["kind"] == 0] if "kind" in timeline else timeline
+        tl = step_rows(timeline)
         out = {c: tl[c].to_numpy() for c in want if c in tl}
         out.setdefault("replica", np.zeros(len(tl), np.int32))
         yield out
@@ -61,12 +56,12 @@ def time_span(timeline: pd.DataFrame, meta: dict) -> tuple[float, float]:
 
 
 def binned(timeline: pd.DataFrame, meta: dict, values: dict, points: int,
-           by_replica: bool = True) -> pd.DataFrame:
+           span: tuple[float, float], by_replica: bool = True) -> pd.DataFrame:
     """Per replica (``by_replica``; else every replica's steps together, as replica 0) and
-    time bin (``points`` bins over the run's span), the step-time-weighted mean of each of
-    ``values`` (name → (columns read, function of a batch giving the value per step)); one
-    row per non-empty bin, with its mid ``time_s`` and ``replica``."""
-    lo, hi = time_span(timeline, meta)
+    time bin (``points`` bins over ``span``, the run's ``time_span``), the step-time-weighted
+    mean of each of ``values`` (name → (columns read, function of a batch giving the value
+    per step)); one row per non-empty bin, with its mid ``time_s`` and ``replica``."""
+    lo, hi = span
     edges = np.linspace(lo, max(hi, lo + 1e-12), points + 1)
     columns = sorted({c for cols, _ in values.values() for c in cols})
     weight: dict[int, np.ndarray] = {}

@@ -386,8 +386,7 @@ class Cluster:
 
     def _finish_timeline_file(self) -> None:
         """Write what the replicas still hold and the KV transfers, and close the file."""
-        f, self.timeline_file = self.timeline_file, None  # finished once
-        self.timeline_path = f.path
+        f = self.timeline_file
         for pool in self.pools:
             for rep in pool.replicas:
                 rep.steps.flush()
@@ -396,6 +395,7 @@ class Cluster:
             f.write(rows["replica"].to_numpy(), 1,
                     {c: rows[c].to_numpy() for c in TIMELINE_COLUMNS})
         f.close()
+        self.timeline_file, self.timeline_path = None, f.path  # finished once
 
     def step_totals(self) -> list[dict]:
         """Per replica (by run-wide id), its ``StepTotals`` as a dict (``timeline: false``)."""
