@@ -11,6 +11,8 @@
 - ``fit-execution csv=PATH``: fit the eager-mode costs of a DiT step on eager/compile pairs;
 - ``fit-attention-kernels csv=PATH hardware=NAME``: fit the attention kernel classes
   (FA2, FA3, …) that price a diffusion transformer's ``model.diffusion.attention_impl``;
+- ``fit-attention-split csv=PATH``: fit how much of a kernel class's time is SM work (what
+  carries it to a GPU of another tensor/FP32 ratio) on a second GPU's jobs;
 - ``profile …``: measure kernels on this machine's GPU into the aiconfigurator layout.
 """
 
@@ -20,7 +22,7 @@ import importlib
 import sys
 
 COMMANDS = ("fit", "check", "validate", "from-bench", "validate-diffusion", "fit-execution",
-            "fit-attention-kernels", "profile")
+            "fit-attention-kernels", "fit-attention-split", "profile")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,7 +128,8 @@ def error_summary(table: pd.DataFrame) -> dict:
     return out
 
 
-def document(curves: dict, held: dict, final: dict, cfg, rows: pd.DataFrame) -> dict:
+def document(curves: dict, held: dict, final: dict, cfg, rows: pd.DataFrame,
+             hw: dict) -> dict:
     """The calibrated file's contents."""
     ranges = {k: {"head_dims": sorted(int(d) for d in g["head_dim"].unique()),
                   "seq": [int(g["seq"].min()), int(g["seq"].max())]}
@@ -138,6 +139,10 @@ def document(curves: dict, held: dict, final: dict, cfg, rows: pd.DataFrame) -> 
                       f"hardware={cfg.hardware}",
         "fitted_on": date.today().isoformat(),
         "data": Path(cfg.csv).name,
+        # the GPU the curves were measured on: another GPU carries them over by these peaks
+        # (sim.cost.attention_kernels)
+        "measured_on": {"hardware": cfg.hardware, "bf16_flops": float(hw["bf16_flops"]),
+                        "fp32_flops": float(hw.get("fp32_flops") or 0.0)},
         "form": "eta(s, d) = eta_max(d) * s^p / (s^p + s_half^p) of the bf16 peak, s = keys "
                 "per query; time = max(flops / (peak * eta), bytes / bandwidth)",
         "measured": ranges,
@@ -175,7 +180,7 @@ def run(cfg, outdir: Path) -> dict:
         for split, e in sorted(held[k].items(), reverse=True):
             print(f"| {k} | {split} | {e['n']} | {e['median_abs_pct']} | {e['p90_abs_pct']} | "
                   f"{e['signed_median_pct']:+} |")
-    doc = document(curves, held, final, cfg, rows)
+    doc = document(curves, held, final, cfg, rows, hw)
     for k, v in doc["classes"].items():
         for d, c in v.items():
             print(f"{k} d={d}: eta_max {c['eta_max']:.3f} "

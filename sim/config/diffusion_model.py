@@ -125,6 +125,9 @@ class DiffusionPipelineConfig:
     # the DiT's attention kernel (sim.cost.attention_kernels): fa2, fa3, sdpa_flash, ...;
     # calibrated: the backend's fitted encoder-attention tables
     attention_impl: str = "calibrated"
+    # the kernel's SM part on the GPU it was measured on (sim.cost.attention_kernels); null:
+    # the fitted one (python -m calibration fit-attention-split)
+    attention_sm_share: float | None = None
     # eager (PyTorch ops dispatched one by one from Python) or compiled (torch.compile):
     # sim.diffusion.execution
     execution: str = "eager"
@@ -159,9 +162,10 @@ def check_diffusion_pipeline(p: DiffusionPipelineConfig, prefix: str = "model.di
             positive(f"{pre}.{f}", getattr(e, f))
         if e.kv_heads and e.heads % e.kv_heads:
             raise ConfigError(f"{pre}.kv_heads", e.kv_heads, f"must divide heads={e.heads}")
-    from sim.cost.attention_kernels import check_impl  # sim.cost imports sim.config
+    from sim.cost.attention_kernels import check_impl, check_sm_share  # sim.cost imports sim.config
 
     check_impl(f"{prefix}.attention_impl", p.attention_impl)
+    check_sm_share(f"{prefix}.attention_sm_share", p.attention_sm_share)
     if p.execution not in EXECUTION_MODES:
         raise ConfigError(f"{prefix}.execution", p.execution, f"one of {list(EXECUTION_MODES)}")
     if p.offload not in ("none", "model"):

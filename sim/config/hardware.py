@@ -25,6 +25,10 @@ class HardwareConfig:
     arch: str = ""
     bf16_flops: float = 0.0
     fp8_flops: float | None = None
+    # FP32 on the CUDA cores (not the tensor cores), dense, datasheet; 0: not known. The SMs'
+    # own throughput: what a kernel's softmax, exponentials and bookkeeping run at
+    # (sim.cost.attention_kernels carries an attention kernel class to another GPU by it)
+    fp32_flops: float = 0.0
     hbm_bandwidth: float = 0.0
     hbm_bytes: float = 0.0  # the board's memory as nvidia-smi reports it (SGLang sizes by it)
     # what cudaMemGetInfo reports as total (vLLM and TensorRT-LLM size by it); 0: hbm_bytes
@@ -56,6 +60,8 @@ def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
         positive(f"hardware.{f}", getattr(h, f))
     if h.fp8_flops is not None and h.fp8_flops < 0:
         raise ConfigError("hardware.fp8_flops", h.fp8_flops, "must be >= 0 (0 or null: no FP8)")
+    if not h.fp32_flops >= 0:
+        raise ConfigError("hardware.fp32_flops", h.fp32_flops, "must be >= 0 (0: not known)")
     if not h.cuda_total_bytes >= 0:
         raise ConfigError("hardware.cuda_total_bytes", h.cuda_total_bytes,
                           "must be >= 0 (0: hbm_bytes)")

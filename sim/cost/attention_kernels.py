@@ -17,6 +17,19 @@ the nearest measured head dim's curve is used, and beyond the longest measured s
 curve's own saturation holds (both said in the calibrated file). A run takes
 ``max(flops / (peak * eta), bytes / bandwidth)``.
 
+On another GPU a class keeps its measured time split in two: the tensor-core part runs at
+that GPU's tensor peak, and the SM part — the softmax's exponentials on the special-function
+units, its max/sum/rescale on the CUDA cores, issuing it all — at that GPU's CUDA-core rate
+(``hardware.fp32_flops``). FlashAttention-2 runs the softmax between its two GEMMs instead of
+overlapping them (FlashAttention-3's reason to exist: on an H100 the exponentials alone take
+half the matmul time at head dim 128), so a GPU with a slower tensor core and similar SMs (an
+H20: 1/6.7 of the H100's tensor peak, 2/3 of its FP32) runs it much nearer its tensor roof.
+``sm_share`` is the SM part's share of the time on the measured GPU; one GPU's kernel
+measurements cannot split it, so it is fitted on a second GPU's end-to-end jobs by ``python
+-m calibration fit-attention-split`` (``kernels/attention_split.yaml``); a class without a fit
+keeps ``sm_share = 0`` (carried over by the tensor peak alone), as does a GPU whose FP32 rate
+is not known.
+
 ``calibrated`` (no kernel class) keeps the backend's fitted encoder-attention tables
 (``Pricer.encoder_attention``): the serving engine's own kernel.
 """
@@ -26,7 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,6 +60,7 @@ IMPLS = {
 # kernels that run on one GPU architecture only (``hardware.arch``)
 ARCH_ONLY = {"fa3": "hopper"}  # flash-attn 3's kernels are written for sm_90
 FILE = "attention"  # sim/cost/calibrated/<calibration>/kernels/attention.yaml
+SPLIT_FILE = "attention_split"  # ... kernels/attention_split.yaml: each class's sm_share
 
 
 @dataclass(frozen=True)
@@ -65,10 +79,32 @@ class KernelCurve:
 
 @dataclass(frozen=True)
 class KernelClass:
-    """A kernel class: its curves by measured head dim (ascending)."""
+    """A kernel class: its curves by measured head dim (ascending), the peaks of the GPU they
+    were measured on (0: not known) and the SM part's share of its time there."""
 
     name: str
     curves: dict[int, KernelCurve]
+    measured_bf16_flops: float = 0.0
+    measured_fp32_flops: float = 0.0
+    sm_share: float = 0.0
+
+    def slowdown(self, bf16_flops: float, fp32_flops: float,
+                 sm_share: float | None = None) -> float:
+        """The kernel's time on a GPU of these peaks over its time carried by the tensor peak
+        alone: ``(1 - share) + share * (C_m / C) / (P_m / P)`` (``P`` tensor, ``C`` FP32
+        peaks; ``m`` the measured GPU); 1 where either FP32 rate is not known."""
+        share = self.sm_share if sm_share is None else sm_share
+        if not (share and fp32_flops > 0 and self.measured_fp32_flops > 0
+                and self.measured_bf16_flops > 0):
+            return 1.0
+        sm_ratio = (self.measured_fp32_flops / fp32_flops) / (self.measured_bf16_flops
+                                                              / bf16_flops)
+        return (1.0 - share) + share * sm_ratio
+
+    def eta_on(self, seq, head_dim: int, bf16_flops: float, fp32_flops: float,
+               sm_share: float | None = None) -> np.ndarray:
+        """Efficiency against ``bf16_flops`` on a GPU of these peaks (the module doc)."""
+        return self.eta(seq, head_dim) / self.slowdown(bf16_flops, fp32_flops, sm_share)
 
     def curve(self, head_dim: int) -> KernelCurve:
         """The curve at ``head_dim``: a measured one, interpolated in log2 between two, or the
@@ -104,21 +140,43 @@ def kernel_classes_path(calibration: str):
     return kernel_file(calibration, FILE)
 
 
+def split_path(calibration: str):
+    """Where the kernel classes' ``sm_share`` of ``hardware.calibration`` is (or would be)."""
+    return kernel_file(calibration, SPLIT_FILE)
+
+
 def load_kernel_classes(calibration: str) -> dict[str, KernelClass]:
-    """The kernel classes fitted for ``hardware.calibration`` (empty if none were)."""
-    return read_kernel_file(calibration, FILE, _classes_of)
+    """The kernel classes fitted for ``hardware.calibration`` (empty if none were), with the
+    SM shares fitted for them (0 where none was)."""
+    classes = read_kernel_file(calibration, FILE, _classes_of)
+    shares = read_kernel_file(calibration, SPLIT_FILE, _shares_of)
+    return {k: replace(c, sm_share=shares.get(k, 0.0)) for k, c in classes.items()}
 
 
 def _classes_of(doc: dict) -> dict[str, KernelClass]:
-    return classes_from_dict(doc.get("classes") or {})
+    on = doc.get("measured_on") or {}
+    return classes_from_dict(doc.get("classes") or {}, float(on.get("bf16_flops") or 0.0),
+                             float(on.get("fp32_flops") or 0.0))
 
 
-def classes_from_dict(block: dict) -> dict[str, KernelClass]:
-    """``classes:`` of the calibrated file -> kernel classes."""
+def _shares_of(doc: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in (doc.get("sm_share") or {}).items()}
+
+
+def classes_from_dict(block: dict, bf16_flops: float = 0.0,
+                      fp32_flops: float = 0.0) -> dict[str, KernelClass]:
+    """``classes:`` of the calibrated file (measured on a GPU of these peaks) -> kernel
+    classes."""
     return {name: KernelClass(name, {int(d): KernelCurve(float(c["eta_max"]),
                                                          float(c["s_half"]), float(c["power"]))
-                                     for d, c in curves.items()})
+                                     for d, c in curves.items()}, bf16_flops, fp32_flops)
             for name, curves in block.items()}
+
+
+def check_sm_share(field: str, share) -> None:
+    """An SM share is a fraction of the kernel's time: in [0, 1] (or null: the fitted one)."""
+    if share is not None and not 0.0 <= share <= 1.0:
+        raise ConfigError(field, share, "a fraction in [0, 1] (null: the fitted one)")
 
 
 def check_arch(impl: str, arch: str, gpu: str,

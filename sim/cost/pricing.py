@@ -188,24 +188,28 @@ class Pricer:
         return OperatorCost(name, 1, flops, nbytes, t, "compute" if cb else "memory", "bfloat16")
 
     def encoder_attention(self, name: str, batch: int, seq_q: int, seq_kv: int, heads: int,
-                          head_dim: int, impl: str = CALIBRATED) -> OperatorCost:
+                          head_dim: int, impl: str = CALIBRATED,
+                          sm_share: float | None = None) -> OperatorCost:
         """One run of non-causal attention: ``batch`` sequences of ``seq_q`` queries each over
         ``seq_kv`` keys (``seq_q != seq_kv``: one ring-attention pass over a K/V block),
         ``heads`` heads of ``head_dim`` on this GPU, bf16, at the bf16 peak. Priced with
         ``eff.attention_encoder`` (or ``eff.attention_prefill`` on the same work when the
         calibration has none), or, for a named kernel ``impl`` (``fa2``, ``fa3``, ...), with
-        that kernel class's efficiency (``sim.cost.attention_kernels``)."""
-        args = (name, batch, seq_q, seq_kv, heads, head_dim, impl)
+        that kernel class's efficiency on this GPU (``sim.cost.attention_kernels``; ``sm_share``
+        overrides the class's fitted SM share)."""
+        args = (name, batch, seq_q, seq_kv, heads, head_dim, impl, sm_share)
         return self._memo.get_or(("encoder_attention",) + args,
                                  lambda: self._encoder_attention(*args))
 
     def _encoder_attention(self, name: str, batch: int, seq_q: int, seq_kv: int, heads: int,
-                           head_dim: int, impl: str) -> OperatorCost:
+                           head_dim: int, impl: str, sm_share: float | None) -> OperatorCost:
         f, b = encoder_attention_work(float(batch), float(seq_q), float(seq_kv), float(heads),
                                       float(head_dim), ACT_BYTES)
         k = kernel_class(self.hw.calibration, impl)
         if k is not None:
-            tc = f / (self.hw.bf16_flops * float(k.eta(seq_kv, head_dim)))
+            eta = k.eta_on(seq_kv, head_dim, self.hw.bf16_flops,
+                           getattr(self.hw, "fp32_flops", 0.0), sm_share)
+            tc = f / (self.hw.bf16_flops * float(eta))
             tm = b / self.hw.hbm_bandwidth
             return OperatorCost(name, 1, f, b, max(tc, tm), "compute" if tc >= tm else "memory",
                                 "bfloat16")

@@ -116,7 +116,8 @@ class DiffusionCostModel:
         split = dit_split(plan, job, self.link_bw)
         ops = dit_step_ops(self.pricer, job.pipe.dit, job.image_tokens, split,
                            job.pipe.attention_impl,
-                           execution_of(job.pipe, self.pricer.hw.calibration))
+                           execution_of(job.pipe, self.pricer.hw.calibration),
+                           job.pipe.attention_sm_share)
         return ops + plan_comm_ops(self.pricer, plan, job, split, ops)
 
     def _decode(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:

@@ -91,9 +91,10 @@ class DitOps:
     """Builds the operator list of one step of ``dit`` for ``image_tokens`` latent tokens."""
 
     def __init__(self, pricer: Pricer, dit: DiTConfig, image_tokens: int, split: DitSplit,
-                 attention_impl: str = CALIBRATED, execution: Execution = COMPILED):
+                 attention_impl: str = CALIBRATED, execution: Execution = COMPILED,
+                 sm_share: float | None = None):
         self.p, self.d, self.s = pricer, dit, split
-        self.impl, self.exe = attention_impl, execution
+        self.impl, self.exe, self.sm_share = attention_impl, execution, sm_share
         self.launches = 0.0  # kernel launches per step on this GPU (the eager host's work)
         self.h = dit.hidden
         self.n_img = _tok(image_tokens, split.seq * split.patches)  # per GPU per patch
@@ -124,7 +125,8 @@ class DitOps:
         q = _tok(q_tokens, s.ring * s.patches)
         kv = _tok(kv_tokens, s.ring)
         one = chunked(lambda rows: self.p.encoder_attention(name, s.batch, rows, kv, self.heads,
-                                                            d.head_dim, self.impl), q)
+                                                            d.head_dim, self.impl,
+                                                            self.sm_share), q)
         self._add(one, runs * s.ring)
         if s.ring > 1:
             # each pass's partial output is merged into an fp32 accumulator by its softmax
@@ -200,7 +202,7 @@ class DitOps:
                   layers)
         one = chunked(lambda rows: self.p.encoder_attention(
             "cross.attention", self.s.batch, rows, self.s_txt, d.heads // t, d.head_dim,
-            self.impl), n)
+            self.impl, self.sm_share), n)
         self._add(one, layers * m)
         self._gemm("cross.out", n, h, h // t, layers * m)
         self._gemm("cross.mlp_up", n, f // t, h, layers * m)
@@ -234,12 +236,13 @@ class DitOps:
 
 
 def dit_step_ops(pricer: Pricer, dit: DiTConfig, image_tokens: int, split: DitSplit,
-                 attention_impl: str = CALIBRATED, execution: Execution = COMPILED
-                 ) -> list[OperatorCost]:
+                 attention_impl: str = CALIBRATED, execution: Execution = COMPILED,
+                 sm_share: float | None = None) -> list[OperatorCost]:
     """Every operator of one DiT step on one GPU (per-step totals, module doc); attention
-    priced by the kernel class ``attention_impl`` (``sim.cost.attention_kernels``); in eager
-    ``execution``, the host's dispatch time beyond the GPU's (``sim.diffusion.execution``)."""
-    b = DitOps(pricer, dit, image_tokens, split, attention_impl, execution)
+    priced by the kernel class ``attention_impl`` on this GPU (``sim.cost.attention_kernels``;
+    ``sm_share`` overrides its fitted SM share); in eager ``execution``, the host's dispatch
+    time beyond the GPU's (``sim.diffusion.execution``)."""
+    b = DitOps(pricer, dit, image_tokens, split, attention_impl, execution, sm_share)
     stage = split.stage
     for kind in ("double", "single", "cross", "shared"):
         layers = getattr(dit, f"{kind}_layers")

@@ -140,18 +140,27 @@ def scaling_table(cost: DiffusionCostModel, shape: JobShape, max_gpus: int) -> p
     return pd.DataFrame(rows)
 
 
-def attention_line(impl: str, hw) -> str:
-    """What prices the DiT's attention: a measured kernel class at a long sequence, or the
-    backend's tables."""
+def attention_line(impl: str, hw, pipe=None) -> str:
+    """What prices the DiT's attention: a measured kernel class at a long sequence on this GPU
+    (``pipe``: its SM-share override), or the backend's tables."""
     if impl == CALIBRATED:
         return ("calibrated (the backend's fitted encoder-attention tables; "
                 "model.diffusion.attention_impl=fa2|fa3|sdpa_flash|... names a kernel class)")
     k = kernel_class(hw.calibration, impl)
     if k is None:
         return fallback_note(hw.calibration, impl)
-    at = {d: c.eta_max * hw.bf16_flops / 1e12 for d, c in k.curves.items()}
+    slow = k.slowdown(hw.bf16_flops, getattr(hw, "fp32_flops", 0.0),
+                      getattr(pipe, "attention_sm_share", None))
+    at = {d: c.eta_max / slow * hw.bf16_flops / 1e12 for d, c in k.curves.items()}
     peaks = ", ".join(f"head dim {d}: {v:,.0f}" for d, v in sorted(at.items()))
-    return f"{impl} (kernel class {k.name}; saturated TFLOP/s {peaks})"
+    carried = ""
+    if slow != 1.0:
+        share = getattr(pipe, "attention_sm_share", None)
+        share = k.sm_share if share is None else share
+        carried = (f"; its SM part, {100 * share:.0f}% of its time where it was measured, runs "
+                   f"at this GPU's FP32 rate: {1 / slow:.2f}x the throughput the tensor peak "
+                   "alone carries over")
+    return f"{impl} (kernel class {k.name}; saturated TFLOP/s {peaks}{carried})"
 
 
 def execution_line(pipe, hw) -> str:
@@ -177,7 +186,7 @@ def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: boo
             f"latent {job.latent_frames}x{job.latent_height}x{job.latent_width} -> "
             f"{job.image_tokens:,} image tokens + {job.text_tokens} text tokens per sequence",
             f"{how}: {plan.label()} ({plan.gpus} GPUs)",
-            f"attention kernel: {attention_line(job.pipe.attention_impl, hw)}",
+            f"attention kernel: {attention_line(job.pipe.attention_impl, hw, job.pipe)}",
             f"execution: {execution_line(job.pipe, hw)}",
             f"balance point (peak FLOP/s / memory bandwidth): bf16 "
             f"{hw.bf16_flops / hw.hbm_bandwidth:,.0f} FLOP/B (below it an operator is "

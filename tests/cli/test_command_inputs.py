@@ -277,7 +277,7 @@ CASES = [
     Case("explain_diffusion_chart_under_file",
          _args("explain", "model=flux1_dev", "chart={tmp}/a_file/roofline.png", files=A_FILE),
          ("chart=", "a_file is a file")),
-    # ---- python -m calibration validate | validate-diffusion | fit-execution
+    # ---- python -m calibration validate | validate-diffusion | fit-execution | fit-attention-split
     Case("validate_silicon_empty",
          _args("calibration", "validate", "silicon_csv={tmp}/s.csv", "hydra.run.dir={tmp}/run",
                files={"s.csv": ""}),
@@ -301,6 +301,10 @@ CASES = [
     Case("fit_execution_empty",
          _args("calibration", "fit-execution", "csv={tmp}/d.csv", "hydra.run.dir={tmp}/run",
                files={"d.csv": ""}),
+         ("csv=", "the file is empty (0 bytes)")),
+    Case("fit_attention_split_empty",
+         _args("calibration", "fit-attention-split", "csv={tmp}/d.csv",
+               "hydra.run.dir={tmp}/run", files={"d.csv": ""}),
          ("csv=", "the file is empty (0 bytes)")),
     # ---- python -m calibration fit | check
     Case("check_table_empty",

@@ -152,6 +152,7 @@ CASES: dict[str, Case] = {
     "hardware_positive": C("hardware.num_sms=0", expect=("hardware.num_sms=0",)),
     "hardware_memory_limit": C("hardware.hbm_bytes=1e30", expect=("hardware.hbm_bytes=1e+30",)),
     "fp8_flops_negative": C("hardware.fp8_flops=-1", expect=("hardware.fp8_flops=-1",)),
+    "fp32_flops_negative": C("hardware.fp32_flops=-1", expect=("hardware.fp32_flops=-1",)),
     "fp8_without_tensor_cores": C("model.dtype=fp8", "hardware=a100_80g_sxm",
                                   expect=("model.dtype='fp8'", "a100_80g_sxm")),
     "calibration_name": C("hardware.calibration=''", expect=("hardware.calibration=''",)),
