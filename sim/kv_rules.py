@@ -57,13 +57,13 @@ def sglang_mem_fraction_static(gpu_mem_bytes: float, chunked_prefill_size: int, 
     return round((gpu_mem - reserved) / gpu_mem, 3)
 
 
-def kv_memory(rule: str, hw, kv, sched, weights: int, activations: int, other: int,
+def kv_memory(rule: str, hw, kv, chunk: int, weights: int, activations: int, other: int,
               tp: int, pp: int = 1) -> KVMemory:
-    """One GPU's KV bytes under ``rule`` (module doc); ``activations`` is the peak of the
-    engine's own profiling pass (vLLM's, or TensorRT-LLM's prefill; SGLang has none)."""
+    """One GPU's KV bytes under ``rule`` (module doc); ``chunk`` is the scheduler's prefill
+    chunk (SGLang's ``chunked_prefill_size``), ``activations`` the peak of the engine's own
+    profiling pass (vLLM's, or TensorRT-LLM's prefill; SGLang has none)."""
     total = hw.cuda_total_bytes or hw.hbm_bytes
     if rule == "sglang":
-        chunk = sched.chunk_size if sched.name == "sglang" else sched.max_num_batched_tokens
         frac = kv.mem_fraction_static or sglang_mem_fraction_static(hw.hbm_bytes, chunk, tp, pp)
         free_before = total - other  # after the CUDA context and NCCL, before the weights
         usable = int(free_before * frac)

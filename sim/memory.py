@@ -49,6 +49,7 @@ from sim.config.model import MOE_DTYPE_BYTES, expert_dtype, layer_kinds
 from sim.config.parallel import pipeline_stage_layers
 from sim.errors import ConfigError
 from sim.kv_rules import kv_memory
+from sim.schedulers import SCHEDULERS
 
 GIB = 1024**3
 SAMPLER_BYTES = 4 + 4 + 8  # per request and vocab entry: fp32 logits, sorted copy, int64 indices
@@ -360,7 +361,8 @@ def _stage_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig
     else:
         acts = 0
     other = int(kv.other_memory_gib * GIB)
-    mem = kv_memory(rule, hw, kv, sched, weights, acts, other, tp, pp)
+    chunk = SCHEDULERS[sched.name].prefill_chunk(sched)
+    mem = kv_memory(rule, hw, kv, chunk, weights, acts, other, tp, pp)
     usable, free = mem.usable_bytes, mem.kv_bytes
     block_bytes = kv.block_size * _stage_kv_bytes_per_token(model, kv, tp, stage)
     where = f" on pipeline stage {i} of {pp}" if pp > 1 else ""

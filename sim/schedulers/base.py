@@ -82,6 +82,12 @@ class TokenBudgetScheduler:
     fast_path: dict[str, tuple | None] | None = None
 
     @classmethod
+    def prefill_chunk(cls, cfg) -> int:
+        """One step's prefill chunk under ``cfg``: the first of ``chunk_fields`` (what
+        SGLang's memory rule reads as ``chunked_prefill_size``)."""
+        return int(getattr(cfg, cls.chunk_fields[0]))
+
+    @classmethod
     def step_token_limit(cls, cfg) -> int:
         """Most tokens one step of this policy schedules under ``cfg`` (``scheduler.*``)."""
         return cfg.max_num_batched_tokens

@@ -100,3 +100,11 @@ def test_only_a_policy_that_reads_policy_accepts_priority(name):
     else:
         with pytest.raises(ConfigError, match="only scheduler=vllm reads it"):
             check_scheduler(s, MODEL, SCHEDULERS)
+
+
+def test_the_prefill_chunk_the_memory_rules_read_is_the_first_chunk_field():
+    s = SchedulerConfig(max_num_batched_tokens=16384, chunk_size=4096)
+    assert SCHEDULERS["sglang"].prefill_chunk(s) == 4096  # SGLang's chunked_prefill_size
+    assert SCHEDULERS["vllm"].prefill_chunk(s) == 16384
+    assert all(cls.prefill_chunk(s) == getattr(s, cls.chunk_fields[0])
+               for cls in SCHEDULERS.values())
