@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from sim.builders import (
@@ -46,10 +45,10 @@ from sim.builders import (
 from sim.config import check_cluster
 from sim.disagg import Disaggregation
 from sim.errors import ConfigError
-from sim.faults import fault_meta, link_schedule, stragglers
+from sim.faults import link_schedule, stragglers
 from sim.frontend import FrontendServer
 from sim.invariants import InvariantChecker
-from sim.records import ColumnBuffer, LogHistogram
+from sim.records import LogHistogram
 from sim.replica import TIMELINE_COLUMNS, Replica
 from sim.routers import ROUTERS, PoolView, Router
 from sim.state import (
@@ -360,66 +359,3 @@ class Cluster:
             for rep in pool.replicas:
                 if rep.process.triggered and not rep.process.ok:
                     raise rep.process.value
-
-    def timeline(self) -> pd.DataFrame:
-        """Every replica's steps (and KV transfers), with its ``replica`` id, in time order
-        (no rows when the run keeps step totals only, or wrote them to its timeline file,
-        which this finishes)."""
-        if self.timeline_file is not None:
-            self._finish_timeline_file()
-        if not self.keep_timeline:
-            tl = ColumnBuffer(TIMELINE_COLUMNS, capacity=0).to_frame()
-            tl.insert(0, "replica", np.empty(0, np.int32))
-            return tl.assign(kind=np.empty(0, np.int8))
-        frames = []
-        for pool in self.pools:
-            for r, rep in enumerate(pool.replicas):
-                frames.append(rep.steps.to_frame(copy=False))
-                frames[-1].insert(0, "replica", np.int32(pool.first + r))
-                frames[-1]["kind"] = np.int8(0)
-        if self.disagg is not None:
-            frames.append(self.disagg.timeline())
-        if len(frames) == 1:
-            return frames[0]
-        tl = pd.concat(frames, ignore_index=True)
-        return tl.sort_values(["time_s", "replica"], kind="stable", ignore_index=True)
-
-    def _finish_timeline_file(self) -> None:
-        """Write what the replicas still hold and the KV transfers, and close the file."""
-        f = self.timeline_file
-        for pool in self.pools:
-            for rep in pool.replicas:
-                rep.steps.flush()
-        if self.disagg is not None:
-            rows = self.disagg.timeline()
-            f.write(rows["replica"].to_numpy(), 1,
-                    {c: rows[c].to_numpy() for c in TIMELINE_COLUMNS})
-        f.close()
-        self.timeline_file, self.timeline_path = None, f.path  # finished once
-
-    def step_totals(self) -> list[dict]:
-        """Per replica (by run-wide id), its ``StepTotals`` as a dict (``timeline: false``)."""
-        return [rep.steps.to_dict() for pool in self.pools for rep in pool.replicas]
-
-    def meta(self, sim_time_s: float) -> dict:
-        """Derived facts of the run: the first pool's replica facts, the layout of every
-        replica, the failures, and the fault settings and episodes."""
-        meta = dict(self.pools[0].parts[0].meta)
-        pools, blocks = [], []
-        for pool in self.pools:
-            pools += [pool.name] * len(pool.replicas)
-            blocks += [pool.parts[0].meta["num_gpu_blocks"]] * len(pool.replicas)
-        log = np.array(self.failure_log, float).reshape(-1, 3)
-        down = np.minimum(np.nan_to_num(log[:, 2], nan=sim_time_s), sim_time_s) - log[:, 1]
-        meta.update(num_replicas=len(pools), replica_pools=pools,
-                    replica_num_gpu_blocks=blocks, num_failures=len(log),
-                    replica_downtime_s=float(down.sum()),
-                    failures=[{"replica": int(g), "down_s": float(a),
-                               "up_s": None if np.isnan(b) else float(b)} for g, a, b in log])
-        meta.update(fault_meta(self.cfg.cluster, self.speeds, self.link, sim_time_s))
-        meta["frontend"] = self.frontend_costs.as_dict()
-        if self.checker is not None:
-            meta["invariant_checks"] = self.checker.counts()
-        if self.disagg is not None:
-            meta["pools"] = {p.name: dict(p.parts[0].meta) for p in self.pools}
-        return meta

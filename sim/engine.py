@@ -34,6 +34,7 @@ import simpy
 from simpy.core import EmptySchedule
 
 from sim.cluster import Cluster
+from sim.cluster_outputs import cluster_timeline, run_meta, step_totals
 from sim.compiled.core import PROGRESS_EVERY, CompiledPool, why_not_compiled
 from sim.errors import sigterm_interrupts
 from sim.records import LogHistogram, Records
@@ -303,15 +304,15 @@ def llm_records(run: LLMRun, interrupted: bool, now: float | None = None) -> Rec
         frame.insert(2, "request_class", requests["request_class"].to_numpy())
     if run.ttft_slo is not None:
         frame["ttft_slo_ms"] = requests["ttft_slo_ms"].to_numpy(np.float64)
-    meta = cluster.meta(now)
+    meta = run_meta(cluster, now)
     meta.update(sim_time_s=now,
                 prefix_caching=bool(getattr(cluster.cfg.kv_cache, "prefix_caching", False)),
                 partial=interrupted)
     if interrupted:
         meta["interrupted_at_sim_s"] = now
     if not cluster.keep_timeline:
-        meta["step_totals"] = cluster.step_totals()
-    timeline = cluster.timeline()  # finishes a timeline file
+        meta["step_totals"] = step_totals(cluster)
+    timeline = cluster_timeline(cluster)  # finishes a timeline file
     if cluster.timeline_path is not None:
         meta["timeline_file"] = str(cluster.timeline_path)
     return Records(frame, timeline, run.itl, meta)
