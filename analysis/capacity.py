@@ -37,11 +37,11 @@ from omegaconf.errors import OmegaConfBaseException
 from analysis.capacity_config import check_capacity, preflight, register, slo_bounds
 from analysis.capacity_report import plot_gpus
 from analysis.capacity_search import Evaluator, RateSearch, max_rate, replicas_for
+from analysis.files import json_safe, write_text
 from analysis.forecast import autoscaled_replicas, costs, peak_rates
 from analysis.metrics import DEFAULT_PERCENTILES
-from analysis.report import json_safe, write_text
+from conf.schema import register_configs
 from scenarios import WorkloadError, requests_for_seed
-from sim.app import register_configs
 from sim.errors import ConfigError, OutputError, ctrl_c_exits, report_error
 from sim.preflight import one_line
 from sim.schedulers import SCHEDULERS

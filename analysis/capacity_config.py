@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from analysis.config import slo_is_set
 from analysis.inputs import output_dir
 from analysis.steady import LATENCIES, STATS
-from sim.app import Config
+from conf.schema import Config
 from sim.errors import ConfigError
 from sim.preflight import expand_model_path, one_line
 
@@ -119,7 +119,7 @@ class CapacityAppConfig(Config):
 
 
 def register() -> None:
-    """Register ``base_capacity`` (the simulator's groups are registered by ``sim.app``)."""
+    """Register ``base_capacity`` (the simulator's groups are registered by ``conf.schema``)."""
     ConfigStore.instance().store(name="base_capacity", node=CapacityAppConfig)
 
 

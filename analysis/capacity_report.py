@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from analysis.report import save_figure
-from analysis.report_md import md_table
+from analysis.files import save_figure
+from analysis.markdown import md_table
 from analysis.verdict import fmt, metric_label, metric_unit
 
 

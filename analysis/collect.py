@@ -24,8 +24,9 @@ import pandas as pd
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
+from analysis.files import atomic_write
 from analysis.inputs import output_dir, read_json, read_yaml
-from analysis.report import FAILED_JSON, SUMMARY_JSON, atomic_write
+from analysis.report import FAILED_JSON, SUMMARY_JSON
 from analysis.sweep_jobs import last_sweep_dirs
 from sim.errors import ConfigError, OutputError, report_error
 

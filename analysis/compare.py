@@ -35,8 +35,8 @@ from analysis.compare_tables import (
     metric_column,
 )
 from analysis.config import check_slo
+from analysis.files import write_json, write_text
 from analysis.inputs import check_warmup, fields_of, output_dir, read_parquet, read_yaml
-from analysis.report import write_json, write_text
 from analysis.stats import LEVEL
 from analysis.steady import (
     STEADY_METRICS,

@@ -10,7 +10,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from analysis.report import save_figure
+from analysis.files import save_figure
 from analysis.stats import t_interval
 from analysis.verdict import metric_label
 

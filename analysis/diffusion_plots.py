@@ -1,6 +1,6 @@
 """Plots of a diffusion pool's run: job latency ECDFs and node occupancy over time.
 
-Each PNG is written atomically (``analysis.report.save_figure``). The GPU and offered load in
+Each PNG is written atomically (``analysis.files.save_figure``). The GPU and offered load in
 the latency plot's title come from the run's config, by default the one Hydra saved beside
 the outputs (``analysis.plots.run_config``).
 """
@@ -20,8 +20,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from omegaconf import DictConfig
 
 from analysis.diffusion_metrics import per_job_times
+from analysis.files import save_figure
 from analysis.plots import ecdf_line, number_text, offered_load, run_config, setting, title_of
-from analysis.report import save_figure
 from sim.diffusion.records import DiffusionRecords
 
 MAX_NODES_AS_LINES = 8  # more nodes: a heat map instead of one line each

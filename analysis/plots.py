@@ -1,6 +1,6 @@
 """Seaborn plots of one run: latency ECDFs, the engine over time, and what bound its steps.
 
-Each PNG is written atomically (``analysis.report.save_figure``). What was run (model, GPU,
+Each PNG is written atomically (``analysis.files.save_figure``). What was run (model, GPU,
 scheduler, load, SLO) comes from the run's config, by default the one Hydra saved beside the
 outputs (``run_config``).
 """
@@ -18,8 +18,8 @@ from matplotlib.ticker import NullFormatter
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from analysis.files import save_figure
 from analysis.metrics import kv_usage, per_request_latencies, step_metrics
-from analysis.report import save_figure
 from analysis.timeline_bins import binned, time_span
 from sim.cost.base import BOUNDS
 from sim.records import Records

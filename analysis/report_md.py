@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.files import write_text
 from analysis.inputs import fields_of, output_dir, read_json
-from analysis.report import write_text
+from analysis.markdown import md_table
 from analysis.verdict import fmt, fmt_pm, metric_label, metric_unit, setting_text
 from sim.errors import ConfigError, OutputError, report_error
 
@@ -21,15 +22,6 @@ RUN_METRICS = ("offered_rate", "completed", "rejected", "request_throughput", "o
                "mean_batch_size", "mean_kv_usage", "num_preemptions")
 SWEEP_METRICS = ("request_throughput", "request_goodput", "median_ttft_ms", "p99_ttft_ms",
                  "median_tpot_ms", "p99_tpot_ms")
-
-
-def md_table(headers: list[str], rows: list[list]) -> str:
-    """A GitHub-flavoured Markdown table."""
-    def cell(v) -> str:
-        return fmt(v) if isinstance(v, float) else str(v).replace("|", "\\|")
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _images(root: Path, names) -> list[str]:

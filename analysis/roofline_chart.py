@@ -18,7 +18,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from analysis.report import make_folder, save_figure
+from analysis.files import make_folder, save_figure
 
 BOUND_COLORS = dict(zip(("compute", "memory", "comm", "host"), sns.color_palette("deep", 4),
                         strict=True))

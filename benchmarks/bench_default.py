@@ -44,7 +44,7 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
-    import sim.app  # noqa: F401  (registers the schemas)
+    import conf.schema  # noqa: F401  (registers the config schemas)
 
     with initialize_config_module("conf", version_base=None):
         return hydra_compose("config", overrides=overrides)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_module
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from analysis.diffusion_metrics import summarize_jobs
 from sim.app import diffusion_jobs
 from sim.diffusion.run import simulate_diffusion

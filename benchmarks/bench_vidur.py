@@ -43,7 +43,7 @@ def child(num_requests: int, rate: float) -> dict:
     """Compose the experiment, build its requests and simulate them in this process."""
     from hydra import compose, initialize_config_module
 
-    import sim.app  # noqa: F401  (registers the schemas)
+    import conf.schema  # noqa: F401  (registers the config schemas)
     from analysis.metrics import summarize
     from scenarios import requests_for_seed
     from sim import simulate

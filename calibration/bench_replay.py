@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from hydra import compose
 
-import sim.app  # noqa: F401  (registers the simulator's config schemas with Hydra)
+import conf.schema  # noqa: F401  (registers the config schemas)
 import sim.builders
 from analysis.metrics import summarize
 from calibration.bench_runs import METRICS, BenchRun

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.files import atomic_write, write_text
 from analysis.inputs import fields_of, read_yaml
-from analysis.report import atomic_write, write_text
 from calibration import data
 from calibration.config import hardware_config
 from calibration.families import attention, comm, elementwise, gemm, moe

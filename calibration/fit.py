@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from analysis.report import write_text
+from analysis.files import write_text
 from calibration import data, update, writer
 from calibration.config import REPO, hardware_config
 from calibration.families import FitResult, Settings, attention, comm, elementwise, gemm, moe

@@ -22,8 +22,8 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from analysis.files import write_text
 from analysis.inputs import output_file
-from analysis.report import write_text
 from calibration import frontend_fit
 from calibration.bench_replay import error_table, format_error_table
 from calibration.bench_runs import read_result_file

@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 from scipy.optimize import least_squares
 
-from analysis.report import write_text
+from analysis.files import write_text
 from sim.cost.host import KEYS
 
 METRICS = ("ttft", "tpot")

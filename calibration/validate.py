@@ -55,7 +55,7 @@ import yaml
 from hydra import compose
 from hydra.core.config_store import ConfigStore
 
-import sim.app  # noqa: F401  (registers the simulator's config schemas with Hydra)
+import conf.schema  # noqa: F401  (registers the config schemas)
 import sim.builders
 from analysis.inputs import read_csv
 from analysis.metrics import per_request_latencies

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from analysis.report import atomic_write, write_text
+from analysis.files import atomic_write, write_text
 from calibration import frontend_fit
 from calibration.bench_replay import error_table, format_error_table, replay
 from calibration.bench_runs import read_gpustack

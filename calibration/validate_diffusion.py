@@ -37,9 +37,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 import conf
-import sim.app  # noqa: F401  (registers the simulator's config schemas with Hydra)
+import conf.schema  # noqa: F401  (registers the config schemas)
+from analysis.files import atomic_write, write_text
 from analysis.inputs import read_csv
-from analysis.report import atomic_write, write_text
 from calibration.config import SimConfigContext, command_main, compose_command
 from sim.builders import plain
 from sim.diffusion.cost import DiffusionCostModel

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.report import atomic_write, write_text
+from analysis.files import atomic_write, write_text
 
 METRICS = ("ttft", "tpot")
 SHOWN = ["id", "backend", "model", "tp", "ep", "dtype", "isl", "osl", "concurrency",

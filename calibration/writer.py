@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from analysis.files import write_text
 from analysis.inputs import fields_of, read_yaml
-from analysis.report import write_text
 from calibration.data import Measured
 
 NEW_HOST = {"overhead_ms": 0.5, "per_seq_us": 2.0, "fitted": False, "note": "not fitted yet"}

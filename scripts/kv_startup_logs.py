@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from hydra import compose, initialize_config_module
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from sim.builders import plain, replica_memory_budget
 from sim.memory import GIB
 

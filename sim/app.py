@@ -21,45 +21,32 @@ import logging
 import os
 import sys
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import hydra
 import pandas as pd
-from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+import conf.schema  # noqa: F401  (registers the config schemas)
 from analysis.collect import FAILED_JSON, SUMMARY_JSON, write_sweep_summary
-from analysis.config import SLOConfig
 from analysis.diffusion_plots import write_diffusion_plots
-from analysis.metrics import MetricsConfig
+from analysis.files import atomic_write, make_folder
 from analysis.plots import write_plots
 from analysis.report import (
-    atomic_write,
     clear_run,
     format_job_summary,
     format_summary,
-    make_folder,
     run_is_complete,
     write_job_tables,
     write_summary,
     write_tables,
 )
-from scenarios import WorkloadConfig, WorkloadError, requests_for_seed
+from scenarios import WorkloadError, requests_for_seed
 from sim.builders import pool_memory_budgets
-from sim.config import (
-    SCHEMAS,
-    BackendConfig,
-    ClusterConfig,
-    HardwareConfig,
-    KVCacheConfig,
-    ModelConfig,
-    SchedulerConfig,
-)
 from sim.config.diffusion_cluster import cluster_kind
 from sim.diffusion.run import simulate_diffusion, simulate_mixed
 from sim.engine import simulate
@@ -80,43 +67,6 @@ from sim.run_summary import nothing_completed, summarize_run, what_was_left
 from sim.validation import check_job_models, validate_config
 
 log = logging.getLogger("sim")
-
-
-@dataclass
-class Config:
-    """Root schema of one simulation."""
-
-    defaults: list[Any] = field(default_factory=list)
-    model: ModelConfig = MISSING
-    hardware: HardwareConfig = MISSING
-    backend: BackendConfig = MISSING
-    scheduler: SchedulerConfig = MISSING
-    kv_cache: KVCacheConfig = MISSING
-    cluster: ClusterConfig = MISSING
-    workload: WorkloadConfig = MISSING
-    slo: SLOConfig = MISSING
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    cost_model: Any = MISSING
-    seed: int = 0
-    progress: str = "auto"
-    plots: bool = True
-    keep_itl_samples: bool = False
-    engine: str = "auto"
-    fast_forward: bool = True
-    check_invariants: bool = False
-    timeline: bool = True
-    resume: bool = False
-
-
-def register_configs() -> None:
-    """Register the typed schemas that every YAML of ``conf/`` builds on."""
-    cs = ConfigStore.instance()
-    cs.store(name="base_config", node=Config)
-    for group, name, node in (
-        *SCHEMAS,
-        ("workload", "base_workload", WorkloadConfig), ("slo", "base_slo", SLOConfig),
-    ):
-        cs.store(group=group, name=name, node=node)
 
 
 def _progress_enabled(setting: str) -> bool:
@@ -368,7 +318,6 @@ def single_run(cfg: DictConfig, outdir: Path) -> None:
         sys.exit(1)
 
 
-register_configs()
 
 
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="config")

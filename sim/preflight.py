@@ -154,7 +154,7 @@ def expand_model_path(overrides: list[str]) -> list[str]:
 
 def compose_or_exit(overrides: list[str]):
     """The composed config of ``overrides``; one line and exit code 2 if it does not compose."""
-    import sim.app  # noqa: F401  (registers the schemas)
+    import conf.schema  # noqa: F401  (registers the config schemas)
 
     try:
         overrides = expand_model_path(overrides)
@@ -167,7 +167,7 @@ def compose_or_exit(overrides: list[str]):
 def compose_each_or_exit(variants: list[list[str]]) -> list:
     """The composed config of each override list, in one Hydra context; one line naming the
     first that does not compose, and exit code 2."""
-    import sim.app  # noqa: F401  (registers the schemas)
+    import conf.schema  # noqa: F401  (registers the config schemas)
 
     try:
         with initialize_config_module("conf", version_base=None):
@@ -220,7 +220,7 @@ def refuse_unknown_flags(argv: list[str]) -> None:
     ``--max-num-seqs 64``: ``vllm`` habits), naming the override it stands for."""
     for i, arg in enumerate(argv):
         if arg.startswith("-") and arg.partition("=")[0] not in HYDRA_FLAGS:
-            import sim.app  # noqa: F401  (registers the schemas)
+            import conf.schema  # noqa: F401  (registers the config schemas)
 
             with initialize_config_module("conf", version_base=None):
                 keys = config_keys(compose("config"))

@@ -21,7 +21,8 @@ from hydra import compose, initialize_config_module
 from matplotlib.figure import Figure
 
 import sim.app
-from analysis.report import atomic_write, run_is_complete, save_figure
+from analysis.files import atomic_write, save_figure
+from analysis.report import run_is_complete
 from scenarios import requests_for_seed
 from sim.engine import simulate
 

@@ -21,7 +21,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from scipy import stats
 
-import sim.app  # noqa: F401  (registers the schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_for_seed
 from scenarios.config import LengthConfig
 from scenarios.lengths import split_total_lengths

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis.report import atomic_write, write_text
+from analysis.files import atomic_write, write_text
 
 COMMON_COLUMNS = ("framework", "version", "device", "op_name", "kernel_source")
 

@@ -1,7 +1,7 @@
 """Typed schemas of the simulator's config groups, one module per group.
 
 Each YAML under ``conf/<group>/`` starts from one of these dataclasses (registered in
-``sim.app``), so a wrong type or an unknown key fails when Hydra composes the config.
+``conf.schema``), so a wrong type or an unknown key fails when Hydra composes the config.
 Range and cross-field checks that a type cannot express live in each module's ``check_*``.
 """
 

@@ -62,7 +62,7 @@ def check_backend(b: BackendConfig) -> None:
             raise ConfigError(f"backend.frontend.{key}", value, "a finite number >= 0 or null")
 
 
-# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+# (group, schema name, dataclass) registered with Hydra by ``conf.schema``
 SCHEMAS = [
     ("backend", "base_backend", BackendConfig),
 ]

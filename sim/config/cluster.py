@@ -177,7 +177,7 @@ def check_faults(c: ClusterConfig) -> None:
     _at_least("cluster.link_degradation.added_latency_us", d.added_latency_us, 0.0)
 
 
-# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+# (group, schema name, dataclass) registered with Hydra by ``conf.schema``
 SCHEMAS = [
     ("cluster", "base_cluster", ClusterConfig),
 ]

@@ -61,7 +61,7 @@ def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
         raise ConfigError("cost_model.name", c.name, "one of ['constant', 'roofline']")
 
 
-# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+# (group, schema name, dataclass) registered with Hydra by ``conf.schema``
 SCHEMAS = [
     ("cost_model", "base_roofline", RooflineCostConfig),
     ("cost_model", "base_constant", ConstantCostConfig),

@@ -76,7 +76,7 @@ def check_hardware(h: HardwareConfig, model: ModelConfig) -> None:
         raise ConfigError("model.dtype", model.dtype, f"{h.name} has no FP8 tensor cores")
 
 
-# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+# (group, schema name, dataclass) registered with Hydra by ``conf.schema``
 SCHEMAS = [
     ("hardware", "base_hardware", HardwareConfig),
 ]

@@ -88,7 +88,7 @@ def check_block_size(k: KVCacheConfig, backend: str) -> None:
                           "tokens_per_block)")
 
 
-# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+# (group, schema name, dataclass) registered with Hydra by ``conf.schema``
 SCHEMAS = [
     ("kv_cache", "base_kv_cache", KVCacheConfig),
 ]

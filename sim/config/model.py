@@ -154,7 +154,7 @@ def check_model(m: ModelConfig) -> None:
     _check_layers(m)
 
 
-# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+# (group, schema name, dataclass) registered with Hydra by ``conf.schema``
 SCHEMAS = [
     ("model", "base_model", ModelConfig),
 ]

@@ -94,7 +94,7 @@ def check_scheduler(s: SchedulerConfig, model: ModelConfig, policies: Mapping[st
                           "(or lower scheduler.max_model_len)")
 
 
-# (group, schema name, dataclass) registered with Hydra by ``sim.app``
+# (group, schema name, dataclass) registered with Hydra by ``conf.schema``
 SCHEMAS = [
     ("scheduler", "base_scheduler", SchedulerConfig),
 ]

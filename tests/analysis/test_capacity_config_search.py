@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_module
 
 from analysis.capacity import candidates, config_search
 from analysis.capacity_config import register
-from sim.app import register_configs
+from conf.schema import register_configs
 from sim.errors import ConfigError
 
 register_configs()

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from analysis.metrics import summarize
 from scenarios import WorkloadError, requests_for_seed
 from sim.engine import simulate

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from scenarios import WorkloadError
 from sim.errors import ConfigError
 from sim.preflight import compose_or_exit

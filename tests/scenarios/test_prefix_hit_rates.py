@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from scenarios import requests_for_seed
 from sim import simulate
 from sim.kv.prefix import block_hashes

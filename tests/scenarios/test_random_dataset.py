@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from analysis.steady import Load, _offered_rate
 from scenarios import WorkloadError, requests_for_seed
 from scenarios.config import RandomDatasetConfig, random_length_bounds

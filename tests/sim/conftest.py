@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_module
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from scenarios import requests_for_seed
 
 

@@ -46,3 +46,47 @@ def test_simulation_core_imports_neither_scenarios_nor_analysis():
 def test_scenarios_never_import_sim():
     for path in (REPO / "scenarios").rglob("*.py"):
         assert not imported_packages(path) & {"sim", "analysis", "calibration"}, path
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports when it runs (``if TYPE_CHECKING:`` blocks are
+    for type checkers only), at module level or inside functions."""
+    tree = ast.parse(path.read_text())
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and getattr(node.test, "id", "") == "TYPE_CHECKING" for n in ast.walk(node)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out |= {node.module} & modules
+            out |= {f"{node.module}.{a.name}" for a in node.names} & modules
+    return out
+
+
+def test_no_module_imports_itself_back():
+    paths = {}
+    for package in ("sim", "scenarios", "analysis", "calibration", "conf"):
+        for path in (REPO / package).rglob("*.py"):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            paths[name.removesuffix(".__init__")] = path
+    # a package's __init__ importing its own submodules is not a cycle
+    graph = {m: _runtime_imports(p, set(paths)) - {m} for m, p in paths.items()}
+    done, path_stack = set(), []
+
+    def visit(m):
+        if m in path_stack:
+            raise AssertionError("import cycle: " + " -> ".join(
+                path_stack[path_stack.index(m):] + [m]))
+        if m in done:
+            return
+        path_stack.append(m)
+        for n in sorted(graph[m]):
+            visit(n)
+        path_stack.pop()
+        done.add(m)
+
+    for m in sorted(graph):
+        visit(m)

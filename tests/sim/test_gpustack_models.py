@@ -16,7 +16,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from sim.builders import plain
 from sim.config import check_model
 from sim.config.model import ModelConfig

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_module
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 import sim.timeline_file as tf
 from analysis.metrics import step_metrics
 from analysis.plots import write_plots

@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from scipy.stats import poisson
 
-import sim.app  # noqa: F401  (registers the config schemas)
+import conf.schema  # noqa: F401  (registers the config schemas)
 from sim.config.cluster import ClusterConfig, FailureConfig
 from sim.config.diffusion_cluster import (
     DiffusionBatchingConfig,
