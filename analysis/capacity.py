@@ -40,12 +40,12 @@ from analysis.capacity_search import Evaluator, RateSearch, max_rate, replicas_f
 from analysis.files import json_safe, write_text
 from analysis.forecast import autoscaled_replicas, costs, peak_rates
 from analysis.metrics import DEFAULT_PERCENTILES
+from cli.preflight import one_line
+from cli.validation import MAX_REPLICAS, validate_config
 from conf.schema import register_configs
 from scenarios import WorkloadError, requests_for_seed
 from sim.errors import ConfigError, OutputError, ctrl_c_exits, report_error
-from sim.preflight import one_line
 from sim.schedulers import SCHEDULERS
-from sim.validation import MAX_REPLICAS, validate_config
 
 log = logging.getLogger("capacity")
 

@@ -18,9 +18,9 @@ from omegaconf.errors import OmegaConfBaseException
 from analysis.config import slo_is_set
 from analysis.inputs import output_dir
 from analysis.steady import LATENCIES, STATS
+from cli.preflight import expand_model_path, one_line
 from conf.schema import Config
 from sim.errors import ConfigError
-from sim.preflight import expand_model_path, one_line
 
 # SLO metrics and their direction: latencies are upper bounds, attainment a lower bound
 UPPER_BOUNDED = tuple(f"{s}_{n}" for n in LATENCIES for s, _ in STATS)

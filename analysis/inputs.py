@@ -21,8 +21,8 @@ import pyarrow
 import yaml
 from omegaconf.errors import OmegaConfBaseException
 
+from cli.preflight import one_line
 from sim.errors import ConfigError
-from sim.preflight import one_line
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SHAPES = {dict: "an object", list: "a list", str: "a string", int: "a number",

@@ -24,9 +24,9 @@ from hydra import compose, initialize_config_module
 
 import conf.schema  # noqa: F401  (registers the config schemas)
 from analysis.diffusion_metrics import summarize_jobs
-from sim.app import diffusion_jobs
+from cli.app import diffusion_jobs
+from cli.validation import validate_config
 from sim.diffusion.run import simulate_diffusion
-from sim.validation import validate_config
 
 HERE = Path(__file__).resolve().parent
 SETTINGS = {

@@ -18,8 +18,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from analysis.inputs import output_dir
 from calibration.config import CONF_DIR, check, register
+from cli.preflight import one_line
 from sim.errors import ConfigError, OutputError, report_error
-from sim.preflight import one_line
 
 register()
 _ARGS: list[str] = []

@@ -15,9 +15,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 import conf
 from analysis.inputs import output_dir, output_file
+from cli.preflight import one_line
 from sim.config.backend import BACKENDS
 from sim.errors import ConfigError
-from sim.preflight import one_line
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = str(Path(conf.__file__).resolve().parent / "calibration")  # its own search path:

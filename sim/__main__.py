@@ -1,10 +1,11 @@
-"""``python -m sim [overrides]``: run one simulation (or a sweep with ``-m``)."""
+"""``python -m sim [overrides]``: run one simulation (or a sweep with ``-m``). The command's
+door; the command is ``cli.app``."""
 
 import sys
 
-from sim.app import main
+from cli.app import main
+from cli.preflight import check_overrides
 from sim.errors import ctrl_c_exits
-from sim.preflight import check_overrides
 
 if __name__ == "__main__":
     with ctrl_c_exits():

@@ -20,7 +20,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from matplotlib.figure import Figure
 
-import sim.app
+import cli.app
 from analysis.files import atomic_write, save_figure
 from analysis.report import run_is_complete
 from scenarios import requests_for_seed
@@ -55,7 +55,7 @@ class StopAfter:
 
 
 def _interrupting_simulate(n: int):
-    """``simulate`` as ``sim.app.run`` calls it, but interrupted after ``n`` requests."""
+    """``simulate`` as ``cli.app.run`` calls it, but interrupted after ``n`` requests."""
     def fake(cfg, requests, progress=None, keep_itl_samples=False, timeline_path=None):
         return simulate(cfg, requests, progress=StopAfter(n), keep_itl_samples=keep_itl_samples,
                         timeline_path=timeline_path)
@@ -92,8 +92,8 @@ def test_interrupted_simulation_returns_what_was_simulated(full_and_partial):
 
 def test_partial_run_writes_a_partial_summary_without_nan(tmp_path, monkeypatch, capsys):
     cfg = _cfg("plots=false")
-    monkeypatch.setattr(sim.app, "simulate", _interrupting_simulate(50))
-    summary = sim.app.run(cfg, tmp_path)
+    monkeypatch.setattr(cli.app, "simulate", _interrupting_simulate(50))
+    summary = cli.app.run(cfg, tmp_path)
     doc = json.loads((tmp_path / "summary.json").read_text())
     assert doc["partial"] is True and summary["partial"] is True
     assert doc["interrupted_at_sim_s"] == doc["sim_time_s"] > 0
@@ -114,7 +114,7 @@ def test_partial_run_writes_a_partial_summary_without_nan(tmp_path, monkeypatch,
 def test_main_exits_130_with_one_line_after_ctrl_c(tmp_path, capsys):
     summary = {"interrupted_at_sim_s": 12.5, "completed": 3, "rejected": 1, "unfinished": 7}
     with pytest.raises(SystemExit) as e:
-        sim.app.interrupted(summary, tmp_path)
+        cli.app.interrupted(summary, tmp_path)
     assert e.value.code == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"interrupted at 12.500 simulated s: partial results (3 completed, "
@@ -123,10 +123,10 @@ def test_main_exits_130_with_one_line_after_ctrl_c(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def complete_run(tmp_path_factory):
-    """A complete small run with plots, through ``sim.app.run``."""
+    """A complete small run with plots, through ``cli.app.run``."""
     out = tmp_path_factory.mktemp("complete")
     cfg = _cfg("workload.num_requests=40")
-    return cfg, out, sim.app.run(cfg, out)
+    return cfg, out, cli.app.run(cfg, out)
 
 
 def test_complete_run_lists_its_outputs_and_is_complete(complete_run):
@@ -137,7 +137,7 @@ def test_complete_run_lists_its_outputs_and_is_complete(complete_run):
     assert doc["outputs"] == ["requests.parquet", "timeline.parquet", "latency_ecdf.png",
                               "timeline.png", "bound_share.png"]
     assert run_is_complete(out)
-    assert sim.app.completed_summary(cfg, out) == doc
+    assert cli.app.completed_summary(cfg, out) == doc
     # no temp file is left behind by the atomic writes
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
 
@@ -145,10 +145,10 @@ def test_complete_run_lists_its_outputs_and_is_complete(complete_run):
 def test_resume_needs_the_same_config(complete_run):
     cfg, out, _ = complete_run
     same = _cfg("workload.num_requests=40", "resume=true", "progress=true")
-    assert sim.app.completed_summary(same, out) is not None
+    assert cli.app.completed_summary(same, out) is not None
     other = _cfg("workload.num_requests=41")
-    assert sim.app.config_digest(other) != sim.app.config_digest(cfg)
-    assert sim.app.completed_summary(other, out) is None
+    assert cli.app.config_digest(other) != cli.app.config_digest(cfg)
+    assert cli.app.completed_summary(other, out) is None
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -216,7 +216,7 @@ def test_rerun_interrupted_while_writing_leaves_the_folder_incomplete(complete_r
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", broken)
     with pytest.raises(KeyboardInterrupt):
-        sim.app.run(cfg, d)
+        cli.app.run(cfg, d)
     # the earlier run's files were cleared before the rerun: never mixed with its own
     assert not (d / "requests.parquet").exists() and not (d / "timeline.png").exists()
     assert not (d / "summary.json").exists() and not run_is_complete(d)
@@ -328,7 +328,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130(monkeypatch, tmp_path, 
     def interrupted_while_checking(cfg):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sim.app, "validate_config", interrupted_while_checking)
+    monkeypatch.setattr(cli.app, "validate_config", interrupted_while_checking)
     monkeypatch.setattr(sys, "argv", ["sim", f"hydra.run.dir={tmp_path}", "progress=false"])
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level

@@ -28,7 +28,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import sim.app
+import cli.app
 from analysis.collect import collect_sweep
 from analysis.report import run_is_complete
 
@@ -87,7 +87,7 @@ def _no_temp_files(d: Path) -> bool:
 
 @pytest.mark.parametrize("rate, overloaded", [(20, True), (3, False)])
 def test_llm_run_says_whether_it_is_overloaded(tmp_path, capsys, rate, overloaded):
-    summary = sim.app.run(_cfg(*QUEUE, f"workload.rate={rate}"), tmp_path)
+    summary = cli.app.run(_cfg(*QUEUE, f"workload.rate={rate}"), tmp_path)
     doc = _summary(tmp_path)
     assert doc["offered_rate"] == pytest.approx(rate, rel=0.15)
     assert doc["overloaded"] is overloaded and doc["steady"] is (not overloaded)
@@ -104,7 +104,7 @@ def test_llm_run_says_whether_it_is_overloaded(tmp_path, capsys, rate, overloade
 
 @pytest.mark.parametrize("rate, overloaded", [(5.0, True), (0.5, False)])
 def test_diffusion_run_says_whether_it_is_overloaded(tmp_path, capsys, rate, overloaded):
-    sim.app.run(_cfg(*POOL, f"workload.rate={rate}"), tmp_path)
+    cli.app.run(_cfg(*POOL, f"workload.rate={rate}"), tmp_path)
     doc = _summary(tmp_path)
     assert doc["offered_rate"] == pytest.approx(rate, rel=0.2)
     assert doc["overloaded"] is overloaded and doc["steady"] is (not overloaded)
@@ -119,7 +119,7 @@ def test_diffusion_run_says_whether_it_is_overloaded(tmp_path, capsys, rate, ove
 def test_closed_loop_offered_rate_is_what_the_clients_sent(tmp_path, capsys):
     cfg = _cfg(*QUEUE, "workload=closed_loop", "workload.concurrency=4",
                "workload.input_tokens=100", "workload.output_tokens=5")
-    sim.app.run(cfg, tmp_path)
+    cli.app.run(cfg, tmp_path)
     doc = _summary(tmp_path)
     assert doc["closed_loop"] is True and doc["overloaded"] is False
     # 4 clients, one request each at a time, 5 steps of 20 ms a request, about 10 req/s
@@ -133,7 +133,7 @@ def test_rejections_are_counted_by_reason_in_the_table(tmp_path, capsys):
     cfg = _cfg(*TINY, "scheduler.max_model_len=512", "workload.input.dist=uniform",
                "workload.input.low=100", "workload.input.high=1000",
                "workload.output_tokens=10")
-    doc = sim.app.run(cfg, tmp_path)
+    doc = cli.app.run(cfg, tmp_path)
     n = doc["rejected_reasons"]["exceeds_max_model_len"]
     assert 0 < n < 20
     out = capsys.readouterr().out
@@ -159,7 +159,7 @@ def test_ctrl_c_while_plotting_keeps_the_metrics(tmp_path, monkeypatch, capsys):
     def interrupted(records, outdir):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sim.app, "write_plots", interrupted)
+    monkeypatch.setattr(cli.app, "write_plots", interrupted)
     code = _main("workload.num_requests=20", "progress=false", f"hydra.run.dir={tmp_path}")
     assert code == 130
     doc = _summary(tmp_path)

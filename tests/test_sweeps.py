@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import sim.app
+import cli.app
 from analysis.collect import collect_sweep
 
 SMALL = ["workload.num_requests=20", "plots=false", "progress=false"]
@@ -115,8 +115,8 @@ def test_unexpected_error_is_recorded_with_its_traceback(tmp_path, monkeypatch, 
     def boom(cfg, outdir):
         raise RuntimeError("simulated crash\nsecond line")
 
-    monkeypatch.setattr(sim.app, "run", boom)
-    assert sim.app.run_sweep_job(None, tmp_path, "7", ["seed=3"]) is None
+    monkeypatch.setattr(cli.app, "run", boom)
+    assert cli.app.run_sweep_job(None, tmp_path, "7", ["seed=3"]) is None
     record = json.loads((tmp_path / "failed.json").read_text())
     assert record["error_type"] == "RuntimeError"
     assert record["message"] == "simulated crash; second line"
@@ -128,8 +128,8 @@ def test_unexpected_error_is_recorded_with_its_traceback(tmp_path, monkeypatch, 
 
 def test_a_job_that_succeeds_clears_an_old_failed_json(tmp_path, monkeypatch):
     (tmp_path / "failed.json").write_text("{}")
-    monkeypatch.setattr(sim.app, "run", lambda cfg, outdir: {"completed": 1})
-    assert sim.app.run_sweep_job(None, tmp_path, "0", []) == {"completed": 1}
+    monkeypatch.setattr(cli.app, "run", lambda cfg, outdir: {"completed": 1})
+    assert cli.app.run_sweep_job(None, tmp_path, "0", []) == {"completed": 1}
     assert not (tmp_path / "failed.json").exists()
 
 
@@ -146,7 +146,7 @@ def test_bad_input_of_a_single_run_still_exits_2(tmp_path):
 
 
 def test_sweep_variants_try_every_value_once():
-    from sim.preflight import sweep_variants
+    from cli.preflight import sweep_variants
     got = sweep_variants(["scheduler=vllm,sarathi", "workload.rate=2,4,6", "seed=0",
                           "+foo=a,b"])
     assert got[0] == ["scheduler=vllm", "workload.rate=2", "seed=0", "+foo=a"]

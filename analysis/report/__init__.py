@@ -25,7 +25,7 @@ from sim.records import Records
 from sim.timeline_file import KINDS
 
 SUMMARY_JSON = "summary.json"
-FAILED_JSON = "failed.json"  # a failed sweep job's error (sim.app.write_failure)
+FAILED_JSON = "failed.json"  # a failed sweep job's error (cli.app.write_failure)
 
 
 def write_tables(records: Records, outdir: Path) -> list[Path]:

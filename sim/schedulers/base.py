@@ -70,7 +70,7 @@ class TokenBudgetScheduler:
     # eligibility all read these, never the policy's name.
     # the option of scheduler.name this class is
     name = ""
-    # the scheduler.* fields a policy reads (sim.unused_settings warns about the others);
+    # the scheduler.* fields a policy reads (cli.unused_settings warns about the others);
     # its conf/scheduler YAML lists exactly these
     settings = frozenset({"name", "max_model_len"})
     # prefills whole prompts: every prompt must fit one step's token budget

@@ -160,7 +160,7 @@ def test_fit_keep_rest_adds_the_block_and_keeps_the_file(tmp_path, hw):
                           if not n.startswith(("attention_encoder", "encoder_attention"))]
     out = tmp_path / "vllm.yaml"
     out.write_text(yaml.safe_dump(old, sort_keys=False))
-    # a process of its own, as test_commands runs fit: once sim.app has registered its config
+    # a process of its own, as test_commands runs fit: once cli.app has registered its config
     # groups (other test modules import it), an in-process compose takes hardware= as a group
     env = dict(os.environ, OMP_NUM_THREADS="1")
     fit = subprocess.run([sys.executable, "-m", "calibration", "fit", f"data_dir={data}",

@@ -29,8 +29,8 @@ from analysis.collect import main as collect_main
 from analysis.compare import main as compare_main
 from analysis.report_md import main as report_main
 from calibration.__main__ import main as calibration_main
+from cli.explain import main as explain_main
 from sim.errors import OUTPUT_ERROR_EXIT_CODE
-from sim.explain import main as explain_main
 
 SILICON_HEADER = "id,backend,model_path,mode,isl,osl,silicon_ttft_ms,silicon_tpot_ms\n"
 # a row no conf model matches: planned with a reason, never simulated

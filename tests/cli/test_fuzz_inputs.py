@@ -5,7 +5,7 @@ number belongs.
 (a) hypothesis writes malformed trace CSVs (random columns, types, NaN, negatives, unsorted
 rows, empty files, huge numbers, no header) and feeds each to the validation layer; (b) it
 draws overrides (a real field × a nasty value) and composes them as ``python -m sim`` does
-(``sim.preflight``), then validates them (``sim.validation.validate_config``); (c) it spoils
+(``cli.preflight``), then validates them (``cli.validation.validate_config``); (c) it spoils
 a model ``config.json`` (``sim.hf_config``). Whatever is accepted is simulated (at most 30
 requests). Examples are derandomized under ``CI``.
 """
@@ -29,12 +29,12 @@ from omegaconf import OmegaConf
 
 import conf.schema  # noqa: F401  (registers the config schemas)
 from analysis.metrics import summarize
+from cli.preflight import compose_or_exit
+from cli.validation import validate_config
 from scenarios import WorkloadError, requests_for_seed
 from sim.engine import simulate
 from sim.errors import ConfigError
 from sim.hf_config import READERS, model_fields
-from sim.preflight import compose_or_exit
-from sim.validation import validate_config
 
 MAX_REQUESTS = 30
 TIME_LIMIT_S = 60  # one example; a hang fails the test instead of stalling the suite

@@ -1,13 +1,13 @@
 """What a user of vLLM or Hydra meant: did-you-mean for unknown keys and options, the override
-behind a ``vllm`` flag, and a Hugging Face repo id given as ``model=`` (``sim.hints``, asked by
+behind a ``vllm`` flag, and a Hugging Face repo id given as ``model=`` (``cli.hints``, asked by
 the preflight check). Each is one ``error:`` line and exit code 2."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.hints import did_you_mean, flag_hint, repo_id_hint, shipped_models
-from sim.preflight import check_overrides
+from cli.hints import did_you_mean, flag_hint, repo_id_hint, shipped_models
+from cli.preflight import check_overrides
 
 
 def _error_line(capsys, overrides: list[str]) -> str:

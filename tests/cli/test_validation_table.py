@@ -3,8 +3,8 @@ bad input with one line that names the field and the value, and says what would 
 
 A case runs one of three ways: ``cli`` through ``python -m sim`` (exit code 2, one ``error:``
 line on stderr, no traceback, no outputs), ``compose`` through the CLI's own preflight in this
-process (``sim.preflight.compose_or_exit``: the same line and exit code), or ``validate``
-through ``sim.validation.validate_config`` on the composed config (one ``ConfigError`` or
+process (``cli.preflight.compose_or_exit``: the same line and exit code), or ``validate``
+through ``cli.validation.validate_config`` on the composed config (one ``ConfigError`` or
 ``WorkloadError`` of one line). Each error line must contain the row's "message contains"
 text from the docs and the case's own field and value.
 """
@@ -20,10 +20,10 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import conf.schema  # noqa: F401  (registers the config schemas)
+from cli.preflight import compose_or_exit
+from cli.validation import validate_config
 from scenarios import WorkloadError
 from sim.errors import ConfigError
-from sim.preflight import compose_or_exit
-from sim.validation import validate_config
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
 HEADER = "arrival_time_s,input_tokens,output_tokens\n"
@@ -90,7 +90,7 @@ def C(*overrides: str, expect: tuple[str, ...], via: str = "validate") -> Case:
 
 
 CASES: dict[str, Case] = {
-    # ---- composition (sim.preflight): schemas, options, model files
+    # ---- composition (cli.preflight): schemas, options, model files
     "model_unknown": C("model=nonexistent", expect=("model", "nonexistent"), via="cli"),
     "scheduler_unknown": C("scheduler=nonexistent", expect=("scheduler", "nonexistent"),
                            via="cli"),
@@ -122,7 +122,7 @@ CASES: dict[str, Case] = {
                             via="compose"),
     "hf_config_huge_int": C("model=hf_huge_int/config.json", expect=("model", "hf_huge_int"),
                             via="compose"),
-    # ---- what the user probably meant (sim.hints), and output folders
+    # ---- what the user probably meant (cli.hints), and output folders
     "option_did_you_mean": C("model=llama3_8bb", expect=("model", "llama3_8bb"), via="cli"),
     "key_did_you_mean": C("workload.rat=3", expect=("workload.rat",), via="cli"),
     "vllm_flag": C("--model", "llama3_8b", expect=("--model",), via="cli"),

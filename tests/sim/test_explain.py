@@ -12,11 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-import sim.explain as explain_module
-from sim.builders import plain, replica_memory_budget
-from sim.config import check_hardware
-from sim.cost.base import StepCost
-from sim.explain import (
+import cli.explain as explain_module
+from cli.explain import (
     batch_arrays,
     kv_footprint,
     main,
@@ -24,6 +21,9 @@ from sim.explain import (
     operator_table,
     parse_batch,
 )
+from sim.builders import plain, replica_memory_budget
+from sim.config import check_hardware
+from sim.cost.base import StepCost
 
 HARDWARE = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "hardware")
                   .glob("*.yaml"))
@@ -192,7 +192,7 @@ def test_mixed_batch_names_both_roofs(compose_cfg):
 def test_bad_input_is_one_line_exit_2(args, field, capsys):
     try:
         rc = main([*args, "chart=none"])
-    except SystemExit as e:  # composition errors exit from sim.preflight
+    except SystemExit as e:  # composition errors exit from cli.preflight
         rc = e.code
     assert rc == 2
     err = capsys.readouterr().err

@@ -21,11 +21,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from cli.preflight import check_overrides, compose_or_exit, expand_model_path
 from sim.config import check_model
 from sim.config.model import ModelConfig
 from sim.errors import ConfigError
 from sim.hf_config import READERS, model_fields, read_hf_config
-from sim.preflight import check_overrides, compose_or_exit, expand_model_path
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from copy import deepcopy
 import numpy as np
 import pytest
 
-from sim.app import log_memory_budgets
+from cli.app import log_memory_budgets
 from sim.builders import build_replica_parts, plain, replica_memory_budget
 from sim.config import HardwareConfig, KVCacheConfig, ModelConfig, SchedulerConfig
 from sim.cost import RooflineCostModel

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from sim.app import log_memory_budgets
+from cli.app import log_memory_budgets
 from sim.builders import pool_memory_budgets
 
 

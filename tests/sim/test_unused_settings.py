@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli.unused_settings import unused_settings
+from cli.validation import validate_config
 from sim.schedulers import SCHEDULERS
-from sim.unused_settings import unused_settings
-from sim.validation import validate_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

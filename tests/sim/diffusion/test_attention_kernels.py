@@ -147,7 +147,7 @@ def test_the_fit_command_refuses_a_missing_csv_in_one_line(capsys, tmp_path):
 
 
 def test_explain_names_the_kernel_class():
-    from sim.diffusion.explain import attention_line
+    from cli.diffusion_explain import attention_line
 
     hw = h100_pricer().hw
     assert attention_line("fa2", hw).startswith("fa2 (kernel class fa2; saturated TFLOP/s")

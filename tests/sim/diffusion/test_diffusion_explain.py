@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.diffusion.explain import parse_shape
+from cli.diffusion_explain import parse_shape
+from cli.explain import main
 from sim.diffusion.job import JobShape
 from sim.errors import ConfigError
-from sim.explain import main
 
 
 def test_explain_cfg_parallel_job(capsys, tmp_path: Path):

@@ -1,7 +1,7 @@
 """The Hydra callback that gives every run (and every sweep) a folder of its own.
 
 Hydra creates the run folder and writes ``.hydra/`` (the config) into it before the app
-runs, so by the time ``sim.app.main`` could look, a second run would already have replaced
+runs, so by the time ``cli.app.main`` could look, a second run would already have replaced
 the first one's config. ``on_run_start`` and ``on_multirun_start`` come before that: there a
 folder that already holds a run (``.hydra/``, ``summary.json``, ``failed.json``, a table) or
 a sweep (``multirun.yaml``, job folders) is refused with one line and exit code 2, unless

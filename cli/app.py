@@ -45,6 +45,9 @@ from analysis.report import (
     write_summary,
     write_tables,
 )
+from cli.run_dir import release_run_dir
+from cli.run_summary import nothing_completed, summarize_run, what_was_left
+from cli.validation import check_job_models, validate_config
 from scenarios import WorkloadError, requests_for_seed
 from sim.builders import pool_memory_budgets
 from sim.config.diffusion_cluster import cluster_kind
@@ -62,9 +65,6 @@ from sim.job_process import (
 )
 from sim.kv_cache import kv_blocks
 from sim.memory import GIB
-from sim.run_dir import release_run_dir
-from sim.run_summary import nothing_completed, summarize_run, what_was_left
-from sim.validation import check_job_models, validate_config
 
 log = logging.getLogger("sim")
 

@@ -3,7 +3,7 @@ override a ``vllm serve`` / ``vllm bench serve`` flag corresponds to, and what t
 Hugging Face repo id (this simulator reads local files only; it downloads nothing).
 
 Each function returns a short clause to append to an error line ("" when it has nothing to
-say); the preflight check (``sim.preflight``) decides when to ask.
+say); the preflight check (``cli.preflight``) decides when to ask.
 """
 
 from __future__ import annotations

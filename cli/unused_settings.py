@@ -4,7 +4,7 @@ One schema per config group carries the fields of every option (every scheduler,
 process), so ``scheduler.chunk_size=512`` under ``scheduler=vllm`` or ``workload.cv=3`` with
 Poisson arrivals composes fine and changes nothing. ``unused_settings(cfg)`` names each field
 whose value differs from its schema default while the chosen option does not read it;
-``sim.validation.validate_config`` logs them as warnings before a run starts (vLLM refuses
+``cli.validation.validate_config`` logs them as warnings before a run starts (vLLM refuses
 an unknown flag; here the field exists, so the run goes on).
 """
 

@@ -28,9 +28,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
+from cli.hints import config_keys, did_you_mean, field_names, flag_hint, repo_id_hint
 from sim.errors import ConfigError
 from sim.hf_config import config_path, read_hf_config
-from sim.hints import config_keys, did_you_mean, field_names, flag_hint, repo_id_hint
 
 # Hydra's own command-line flags (``python -m sim --help``); any other flag is a mistake
 HYDRA_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--resolve",

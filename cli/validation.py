@@ -25,14 +25,14 @@ groups and have no better home live here. In order:
    fixed plan), with a warning for a video pipeline asked for one frame;
 7. the SLO's bounds, then the latency percentiles to report (``metrics.percentiles``);
 8. not a check but a warning: fields set that the chosen options do not read
-   (``sim.unused_settings``).
+   (``cli.unused_settings``).
 
 Once a diffusion job table is built, ``check_job_models`` checks the pipelines it names and
 the node pool checks each job shape against its job cost (and the fixed plan) before the run.
 
 The first failure raises ``ConfigError`` (or ``WorkloadError``) naming the field, the value
 and what would be valid; ``docs/validation.md`` lists every check. A model ``config.json``
-(``model=<path>``) is read, and refused, before composition (``sim.preflight``).
+(``model=<path>``) is read, and refused, before composition (``cli.preflight``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.config import check_slo
 from analysis.metrics import check_metrics
+from cli.unused_settings import unused_settings
 from scenarios import check_workload
 from scenarios.diffusion import check_job_files
 from scenarios.traces import MAX_TIME_S
@@ -72,7 +73,6 @@ from sim.config.kv_cache import check_block_size
 from sim.config.model import check_model
 from sim.errors import ConfigError
 from sim.kv_cache import build_kv_cache
-from sim.unused_settings import unused_settings
 
 # the config groups the simulator and the workload read: every number in them must be finite
 log = logging.getLogger("sim")
