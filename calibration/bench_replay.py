@@ -4,11 +4,12 @@ client ran them, and compare every metric.
 A run maps to the simulator's config (``plan_run``): the conf model whose ``hf_id`` matches
 the served checkpoint (``-FP8`` checkpoints: block-scaled FP8 weights), the engine as backend
 and scheduler, the serve command's tensor/pipeline/expert parallelism and limits
-(``--max-model-len``, ``--max-num-batched-tokens``, ``--gpu-memory-utilization``), or the
-reason it cannot be simulated (speculative decoding, a model without a conf file). Its
-requests (``run_requests``) are sent as ``vllm bench serve`` sends them: with
-``request_rate=inf`` every request at t=0; with ``max_concurrency=N`` by N clients, each
-sending its next request when its previous one ends; at a finite rate as Poisson arrivals.
+(``--max-model-len``, ``--max-num-batched-tokens``, ``--gpu-memory-utilization``) and the
+engine's default prefix caching (on, unless the command turns it off), or the reason it cannot
+be simulated (speculative decoding, a model without a conf file). Its requests
+(``run_requests``) are sent as ``vllm bench serve`` sends them: with ``request_rate=inf`` every
+request at t=0; with ``max_concurrency=N`` by N clients, each sending its next request when its
+previous one ends; at a finite rate as Poisson arrivals.
 Lengths are the run's own per request when known, else its means (an approximation for
 ShareGPT runs, whose lengths vary).
 """
@@ -16,6 +17,7 @@ ShareGPT runs, whose lengths vary).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -50,6 +52,12 @@ SWITCH_FLAGS = {"enforce-eager": "backend.enforce_eager=true",
                 "disable-cuda-graph": "backend.enforce_eager=true",
                 "async-scheduling": "backend.async_scheduling=true"}
 _VARIANTS = ("-fp8", "-instruct-2507", "-instruct", "-thinking-2507")
+# Every engine of these runs caches KV blocks by default, so a request preempted by recompute
+# restarts from whatever of its blocks are still cached: vLLM V1 (vLLM >= 0.8;
+# tests/v1/engine/test_engine_args.py, "V1 turns on prefix caching by default"), SGLang's radix
+# cache (server_args.py: disable_radix_cache = False), TensorRT-LLM's block reuse
+# (llmapi/llm_args.py: KvCacheConfig.enable_block_reuse = True). These flags turn it off.
+PREFIX_CACHE_OFF_FLAGS = ("no-enable-prefix-caching", "disable-radix-cache")
 
 
 def normalize_id(hf_id: str) -> str:
@@ -62,6 +70,16 @@ def normalize_id(hf_id: str) -> str:
             if s.endswith(v):
                 s, changed = s[: -len(v)], True
     return s
+
+
+def prefix_caching_by_default(backend: str, version: str) -> bool:
+    """Whether ``backend`` at ``version`` (``v0.11.0``; "" when unknown: a current one) caches
+    KV blocks unless told not to (``PREFIX_CACHE_OFF_FLAGS``): vLLM from V1 (0.8) on, SGLang
+    and TensorRT-LLM always."""
+    if backend != "vllm":
+        return True
+    parts = re.findall(r"\d+", version)[:2]
+    return len(parts) < 2 or (int(parts[0]), int(parts[1])) >= (0, 8)
 
 
 def plan_run(run: BenchRun, hardware: str = "h100_sxm") -> dict:
@@ -104,6 +122,10 @@ def plan_run(run: BenchRun, hardware: str = "h100_sxm") -> dict:
         if flag in run.serve_args:
             overrides.append(f"{key}={run.serve_args[flag]}")
     overrides += [o for flag, o in SWITCH_FLAGS.items() if flag in run.serve_args]
+    caches = (prefix_caching_by_default(run.backend, run.engine_version)
+              or "enable-prefix-caching" in run.serve_args) and not any(
+        flag in run.serve_args for flag in PREFIX_CACHE_OFF_FLAGS)
+    overrides.append(f"kv_cache.prefix_caching={str(caches).lower()}")
     for flag in ("attention-backend", "enable-torch-compile"):
         if flag in run.serve_args:
             notes.append(f"--{flag} {run.serve_args[flag]}".strip() + ": not modelled")

@@ -68,7 +68,8 @@ _FLAG_ALIASES = {"-tp": "tensor-parallel-size", "--tp": "tensor-parallel-size",
                  "--pp-size": "pipeline-parallel-size", "--ep-size": "expert-parallel-size",
                  "--model-path": "model", "--model": "model"}
 _SWITCHES = {"--enable-expert-parallel", "--async-scheduling", "--enable-torch-compile",
-             "--enable_chunked_prefill", "--enforce-eager", "--disable-cuda-graph"}
+             "--enable_chunked_prefill", "--enforce-eager", "--disable-cuda-graph",
+             "--enable-prefix-caching", "--no-enable-prefix-caching", "--disable-radix-cache"}
 
 
 def parse_serve_command(cmd: str) -> dict[str, str]:

@@ -99,6 +99,7 @@ class Cluster:
         running totals."""
         self.env, self.cfg, self.table = env, plain(cfg), table
         self.seed, self.hash_ids, self.fast_forward = int(seed), hash_ids, fast_forward
+        self._lengths = None  # prompt + output tokens per request, once a cache caches
         self.timeline_file = timeline_file
         self.timeline_path = None  # where the timeline went, once its file is finished
         self.keep_timeline = timeline and timeline_file is None  # rows held in memory
@@ -155,8 +156,12 @@ class Cluster:
         except ConfigError as e:  # name the pool's own field, not the one it was copied to
             raise naming_pool_field(e, tp_field) from None
         parts.kv.share_held(self.held)
-        # the workload's ids name cluster.prefix_block_tokens tokens each (the router's unit)
-        parts.kv.set_prefix_source(self.hash_ids, self.cfg.cluster.prefix_block_tokens)
+        # the workload's ids name cluster.prefix_block_tokens tokens each (the router's unit);
+        # a request without ids has blocks of its own, up to its prompt and output
+        if parts.kv.prefix is not None and self._lengths is None:
+            self._lengths = table.prompt + table.max_output
+        parts.kv.set_prefix_source(self.hash_ids, self.cfg.cluster.prefix_block_tokens,
+                                   self._lengths)
         return parts
 
     def _pool(self, name: str, size: int, tp: int | None, table: RequestTable,

@@ -14,7 +14,11 @@ cached block stays cached until an allocation evicts it (LRU). ``free_blocks`` c
 and free cached blocks alike: both can be handed out. Blocks of generated tokens are cached
 too, as far as the ids name them (vLLM v1 and SGLang hash them as well): a multi-turn
 session's ids name each turn's prompt and output, so the next turn, which repeats both, hits
-them; a trace's ids (Mooncake) name the prompt only, so its hits stay within prompts.
+them; a trace's ids (Mooncake) name the prompt only, so its hits stay within prompts. A request
+without ids has content no other request shares (a synthetic or random prompt): its blocks get
+hashes of their own, so nothing else hits them but it can find them again itself — a request
+preempted by recompute restarts from whatever of its blocks are still cached, as in vLLM, whose
+preempted request's freed blocks stay in the free queue, hashed, until evicted.
 
 The per-request count ``held`` can be one array shared by every replica of a run
 (``share_held``): a request is on one replica at a time, and a cluster of 64 replicas must
@@ -27,7 +31,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.kv.offload import HostTier
-from sim.kv.prefix import PrefixPool, block_hashes
+from sim.kv.prefix import PrefixPool, block_hashes, own_block_hashes
 from sim.kv.swap import SwapSpace
 
 GIB = 1 << 30
@@ -49,6 +53,7 @@ class PagedKVCache:
         self.prefix = PrefixPool() if prefix_caching else None
         self._hash_ids = None
         self._trace_block = MOONCAKE_BLOCK
+        self._lengths = None  # per request: the tokens it can ever hold (its own blocks)
         self._hashes: dict[int, list[int]] = {}  # rid → its block hashes (while it holds blocks)
         self._ref: dict[int, int] = {}  # rid → leading blocks it references in the prefix pool
         self._pending: set[int] = set()  # rids with computed blocks not yet cached
@@ -72,10 +77,14 @@ class PagedKVCache:
             raise RuntimeError("share_held on a cache that holds blocks")
         self.held = held
 
-    def set_prefix_source(self, hash_ids, trace_block: int = MOONCAKE_BLOCK) -> None:
+    def set_prefix_source(self, hash_ids, trace_block: int = MOONCAKE_BLOCK,
+                          lengths: np.ndarray | None = None) -> None:
         """Name prompt blocks by ``hash_ids[rid]`` (ids of ``trace_block``-token blocks, or
-        None for a request without); without a source no block is ever cached."""
+        None for a request without); ``lengths[rid]``: the most tokens ``rid`` can hold
+        (prompt and output), whose blocks are its own when it has no ids. With neither, no
+        block is ever cached."""
         self._hash_ids, self._trace_block = hash_ids, int(trace_block)
+        self._lengths = lengths
 
     def blocks_for(self, num_tokens):
         """Blocks that hold ``num_tokens`` tokens."""
@@ -213,19 +222,24 @@ class PagedKVCache:
             self.block_size
 
     def _block_hashes(self, rid: int) -> list[int] | None:
-        """The chained hashes of every full block ``rid``'s ids name (computed once), or None
-        when prefix caching is off or the request carries no hash ids. Past the prompt they
-        name its generated tokens; a hit is capped by the prompt (``match_prefix``)."""
-        if self.prefix is None or self._hash_ids is None:
-            return None
-        ids = self._hash_ids[rid]
-        if ids is None or not len(ids):
+        """The chained hashes of every full block ``rid``'s ids name (computed once), or
+        of its own blocks when it has no ids (``set_prefix_source``'s ``lengths``), or None
+        when prefix caching is off or nothing names them. Past the prompt they name its
+        generated tokens; a hit never covers the last token (``match_prefix``)."""
+        if self.prefix is None:
             return None
         hashes = self._hashes.get(rid)
-        if hashes is None:
+        if hashes is not None:
+            return hashes
+        ids = self._hash_ids[rid] if self._hash_ids is not None else None
+        if ids is not None and len(ids):
             g = self._trace_block
             hashes = block_hashes(ids, len(ids) * g, g, self.block_size)
-            self._hashes[rid] = hashes
+        elif self._lengths is not None:
+            hashes = own_block_hashes(rid, int(self._lengths[rid]), self.block_size)
+        else:
+            return None
+        self._hashes[rid] = hashes
         return hashes
 
     def _load_from_host(self, hashes: list[int]) -> int:

@@ -44,6 +44,13 @@ def block_hashes(hash_ids, num_tokens: int, trace_block: int, block_size: int) -
     return (chain[last] ^ ((j + 1) * _MIX)).tolist()
 
 
+def own_block_hashes(rid: int, num_tokens: int, block_size: int) -> list[int]:
+    """Hashes of the full blocks of a request whose content no other request shares: one
+    chain seeded by ``-2 - rid``, which no trace id (never negative) can start (not ``-1 -
+    rid``: Python hashes -1 as -2)."""
+    return block_hashes((-2 - int(rid),), num_tokens, max(int(num_tokens), 1), block_size)
+
+
 class PrefixPool:
     """The cached blocks of one replica: reference counts and the LRU of free cached blocks.
 

@@ -106,6 +106,24 @@ def test_plans_name_what_cannot_be_simulated():
     assert "no conf/model" in plan_run(BenchRun("x", "vllm", "org/unknown", 1, 1, 1))["reason"]
 
 
+def test_plans_keep_each_engines_default_prefix_caching():
+    """vLLM V1, SGLang and TensorRT-LLM cache KV blocks unless the serve command says not to;
+    vLLM before V1 (0.8) did not."""
+    def caching(backend, version="", **args):
+        run = BenchRun("p", backend, "Qwen/Qwen3-8B", 10, 10, 3, engine_version=version,
+                       serve_args=args)
+        return [o for o in plan_run(run)["overrides"] if o.startswith("kv_cache.prefix_")]
+
+    on, off = ["kv_cache.prefix_caching=true"], ["kv_cache.prefix_caching=false"]
+    assert caching("vllm", "v0.11.0") == caching("sglang") == caching("trtllm") == on
+    assert caching("vllm", "v0.7.3") == off
+    assert caching("vllm", "v0.7.3", **{"enable-prefix-caching": ""}) == on
+    assert caching("vllm", "v0.11.0", **{"no-enable-prefix-caching": ""}) == off
+    assert caching("sglang", **{"disable-radix-cache": ""}) == off
+    assert parse_serve_command("vllm serve X --no-enable-prefix-caching -tp 2") == {
+        "model": "X", "no-enable-prefix-caching": "", "tensor-parallel-size": "2"}
+
+
 def test_from_bench_recovers_a_known_frontend(tmp_path, capsys):
     """Result files made by the simulator with known frontend costs: the fit finds costs
     that predict the held-out run's TTFT within a few percent, and the calibration file it

@@ -83,6 +83,50 @@ def test_hit_skips_whole_blocks_but_never_the_last_token():
     check_blocks(kv, [])
 
 
+def test_a_request_without_ids_finds_only_its_own_blocks_again():
+    """A synthetic prompt shares nothing, but a request preempted by recompute restarts from
+    its blocks still cached (vLLM's freed blocks stay hashed in the free queue)."""
+    kv = PagedKVCache(101, 16, 2, prefix_caching=True)
+    kv.set_prefix_source(None, lengths=np.array([80, 80]))
+    computed = np.zeros(2, np.int64)
+    assert kv.match_prefix(0, 64) == 0
+    kv.allocate(0, 0, 64)
+    computed[0] = 64
+    kv.commit(computed)
+    kv.free(0)                                          # preempted: its 4 blocks stay cached
+    assert kv.cached_blocks == 4 and kv.free_blocks == 100
+    assert kv.match_prefix(1, 64) == 0                  # same length, other content
+    assert kv.match_prefix(0, 70) == 64                 # its own 4 blocks (70 tokens now)
+    check_blocks(kv, [0])
+    plain = PagedKVCache(101, 16, 2, prefix_caching=True)
+    plain.set_prefix_source(None)                       # no lengths: nothing is named
+    plain.allocate(0, 0, 64)
+    plain.commit(computed)
+    plain.free(0)
+    assert plain.cached_blocks == 0 and plain.match_prefix(0, 70) == 0
+
+
+def test_preempted_requests_recompute_less_with_prefix_caching(compose_cfg):
+    """A burst that overfills a small cache: vLLM preempts by recompute either way, and with
+    prefix caching the restarted requests skip their blocks still cached, so the run computes
+    fewer prefill tokens and ends sooner; every request completes."""
+    from scenarios import requests_for_seed
+    from sim import simulate
+
+    runs = {}
+    for caching in ("false", "true"):
+        cfg = compose_cfg("workload=random", "workload.num_requests=60",
+                          "workload.random.input_len=600", "workload.random.output_len=200",
+                          "kv_cache.num_gpu_blocks=400", f"kv_cache.prefix_caching={caching}")
+        runs[caching] = simulate(cfg, requests_for_seed(cfg.workload, 0))
+    off, on = runs["false"], runs["true"]
+    for rec in (off, on):
+        assert (rec.requests["status"] == "completed").all()
+        assert rec.requests["num_preemptions"].sum() > 0
+    assert on.timeline["prefill_tokens"].sum() < off.timeline["prefill_tokens"].sum()
+    assert on.meta["sim_time_s"] < off.meta["sim_time_s"]
+
+
 def test_free_cached_blocks_are_evicted_least_recent_first():
     kv = PagedKVCache(9, 4, 4, prefix_caching=True)     # 8 usable blocks of 4 tokens
     kv.set_prefix_source(np.array([(1,), (2,), (3,), (1,)], dtype=object), trace_block=16)
@@ -149,10 +193,21 @@ def test_mooncake_hit_rate_rises_with_cache_size_up_to_the_trace_limit():
     assert rates[-1] > 0.9 * ideal / prompts.sum()
 
 
+def _ids(hash_ids) -> np.ndarray:
+    """One object per request: its ids, or None."""
+    out = np.empty(len(hash_ids), dtype=object)
+    for i, ids in enumerate(hash_ids):
+        out[i] = ids
+    return out
+
+
 def _sched(prompts, outputs, hash_ids, num_blocks, block_size=16, name="vllm", **cfg):
+    """A scheduler over a prefix-caching cache whose requests without ids have blocks of
+    their own (as ``sim.cluster`` sets it up)."""
     t = RequestTable(np.zeros(len(prompts)), np.array(prompts), np.array(outputs))
     kv = PagedKVCache(num_blocks + 1, block_size, len(prompts), prefix_caching=True)
-    kv.set_prefix_source(np.array(hash_ids, dtype=object), trace_block=block_size)
+    kv.set_prefix_source(_ids(hash_ids), trace_block=block_size,
+                         lengths=t.prompt + t.max_output)
     return SCHEDULERS[name](SchedulerConfig(name=name, **cfg), t, kv, LogHistogram()), t, kv
 
 
@@ -217,9 +272,10 @@ def test_conservation_and_block_invariants_with_prefix_caching(policy, reqs, blo
     prompts = [p for p, _, _ in reqs]
     outputs = [o for _, o, _ in reqs]
     # requests share leading blocks by their group: ids (g, g+10, ...), one per 8 tokens of
-    # the prompt, or of prompt and output (then generated blocks are cached too)
-    ids = [tuple(g * 100 + i for i in range(-(-(p + o * outputs_named) // 8)))
-           for p, o, g in reqs]
+    # the prompt, or of prompt and output (then generated blocks are cached too); group 3
+    # has no ids: blocks of its own
+    ids = [tuple(g * 100 + i for i in range(-(-(p + o * outputs_named) // 8))) if g < 3
+           else None for p, o, g in reqs]
     s, t, kv = _sched(prompts, outputs, ids, blocks, block_size=8, max_num_batched_tokens=64,
                       name=policy.split("_")[0], **POLICIES[policy])
     if host:
