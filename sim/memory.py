@@ -49,6 +49,7 @@ from sim.config.model import MOE_DTYPE_BYTES, expert_dtype, layer_kinds
 from sim.config.parallel import pipeline_stage_layers
 from sim.errors import ConfigError
 from sim.kv_rules import kv_memory
+from sim.model.layout import PerGpu
 from sim.schedulers import SCHEDULERS
 
 GIB = 1024**3
@@ -100,10 +101,10 @@ class _Weights:
 
 def _attention_weights(m: ModelConfig, kind: str, tp: int) -> tuple[int, int]:
     """(linear, small) parameters of one layer's attention (or linear attention) per GPU."""
-    h, q = m.hidden_size, m.num_attention_heads // tp
+    g = PerGpu.of(m, tp)
+    h, q = m.hidden_size, g.heads
     if kind == "linear_attention":
-        nk = _cdiv(m.linear_num_key_heads, tp)
-        nv = _cdiv(m.linear_num_value_heads, tp)
+        nk, nv = g.lin_key_heads, g.lin_value_heads
         key, val = nk * m.linear_key_head_dim, nv * m.linear_value_head_dim
         linear = h * (2 * key + 2 * val) + h * 2 * nv + val * h  # qkvz, ba, out_proj
         small = (2 * key + val) * m.linear_conv_kernel_dim + 2 * nv + m.linear_value_head_dim
@@ -117,7 +118,7 @@ def _attention_weights(m: ModelConfig, kind: str, tp: int) -> tuple[int, int]:
         kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim)
         kv_b = m.kv_lora_rank * q * (m.qk_nope_head_dim + m.v_head_dim)
         return q_proj + kv_a + kv_b + q * m.v_head_dim * h, small + m.kv_lora_rank
-    d, kvh = m.head_dim, max(1, m.num_key_value_heads // tp)
+    d, kvh = m.head_dim, g.kv_heads
     q_out = q * d * (2 if m.attn_output_gate else 1)
     linear = h * q_out + 2 * h * kvh * d + q * d * h
     small = q_out + 2 * kvh * d + h if m.attention_bias else 0
@@ -213,7 +214,7 @@ def _stage_kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int,
     if model.kv_lora_rank:
         per_layer = model.kv_lora_rank + model.qk_rope_head_dim
     else:
-        per_layer = 2 * max(1, model.num_key_value_heads // tp) * model.head_dim
+        per_layer = 2 * PerGpu.of(model, tp).kv_heads * model.head_dim
     return kinds.count("full_attention") * per_layer * kv_dtype_bytes(model, kv)
 
 
@@ -231,12 +232,11 @@ def kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int, pp: int =
 def _stage_state_bytes(model: ModelConfig, kv: KVCacheConfig, tp: int, stage: Stage) -> int:
     kinds = layer_kinds(model)[stage.layers.start:stage.layers.stop]
     n_sliding, n_linear = kinds.count("sliding_attention"), kinds.count("linear_attention")
-    kv_heads = max(1, model.num_key_value_heads // tp)
-    sliding = n_sliding * 2 * kv_heads * model.head_dim * model.sliding_window
+    g = PerGpu.of(model, tp)
+    sliding = n_sliding * 2 * g.kv_heads * model.head_dim * model.sliding_window
     state = sliding * kv_dtype_bytes(model, kv)
     if n_linear:
-        nk = _cdiv(model.linear_num_key_heads, tp)
-        nv = _cdiv(model.linear_num_value_heads, tp)
+        nk, nv = g.lin_key_heads, g.lin_value_heads
         recurrent = nv * model.linear_key_head_dim * model.linear_value_head_dim
         conv_dim = 2 * nk * model.linear_key_head_dim + nv * model.linear_value_head_dim
         conv = (model.linear_conv_kernel_dim - 1) * conv_dim
@@ -259,17 +259,18 @@ def state_bytes_per_request(model: ModelConfig, kv: KVCacheConfig, tp: int,
 
 def _attention_width(m: ModelConfig, kind: str, tp: int) -> int:
     """Widest per-token output of one layer's attention projections, per GPU."""
-    q = m.num_attention_heads // tp
+    g = PerGpu.of(m, tp)
+    q = g.heads
     if kind == "linear_attention":
-        key = _cdiv(m.linear_num_key_heads, tp) * m.linear_key_head_dim
-        nv = _cdiv(m.linear_num_value_heads, tp)
+        key = g.lin_key_heads * m.linear_key_head_dim
+        nv = g.lin_value_heads
         return 2 * key + 2 * nv * m.linear_value_head_dim + 2 * nv
     if m.kv_lora_rank:
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         latent = m.kv_lora_rank + m.qk_rope_head_dim
         return q * qk + latent + q * (m.qk_nope_head_dim + m.v_head_dim)
     gate = 2 if m.attn_output_gate else 1
-    return (q * gate + 2 * max(1, m.num_key_value_heads // tp)) * m.head_dim
+    return (q * gate + 2 * g.kv_heads) * m.head_dim
 
 
 def activation_peak_bytes(
@@ -292,12 +293,13 @@ def activation_peak_bytes(
     kinds = layer_kinds(m)[st.layers.start:st.layers.stop]
     attn = max(_attention_width(m, kind, tp) for kind in set(kinds))
     moe_from = m.first_k_dense_replace if m.num_experts else m.num_hidden_layers
+    g = PerGpu.of(m, tp, ep)
     widths = []
     if st.layers.start < moe_from:
-        widths.append(3 * m.intermediate_size // tp)
+        widths.append(3 * g.inter)
     if st.layers.stop > moe_from:
-        routed = 3 * m.moe_intermediate_size // max(1, tp // ep) + m.hidden_size
-        widths.append(m.num_experts_per_tok * routed + 3 * m.shared_expert_intermediate_size // tp)
+        routed = 3 * g.expert_inter + m.hidden_size
+        widths.append(m.num_experts_per_tok * routed + 3 * g.shared_inter)
     forward = t * (2 * m.hidden_size + attn + max(widths)) * activation_dtype_bytes(m)
     requests = min(t, sched.max_num_seqs)
     sampler = requests * m.vocab_size * SAMPLER_BYTES if st.last else 0

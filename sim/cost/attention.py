@@ -43,9 +43,9 @@ from dataclasses import replace
 import numpy as np
 
 from sim.cost.base import OperatorCost
-from sim.cost.layout import PerGpu
 from sim.cost.operators import decode_attention_work, prefill_attention_work
 from sim.cost.pricing import ACT_BYTES, Kernel, Pricer
+from sim.model.layout import PerGpu
 
 GDN_CHUNK = 64
 

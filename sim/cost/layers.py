@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from sim.config import HardwareConfig
 from sim.cost.base import OperatorCost
-from sim.cost.layout import PerGpu
 from sim.cost.moe import moe_ops
 from sim.cost.pricing import ACT_BYTES, Pricer
+from sim.model.layout import PerGpu
 
 
 def _allreduce(p: Pricer, g: PerGpu, hw: HardwareConfig, T: int) -> list[OperatorCost]:

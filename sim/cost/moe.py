@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from sim.config import HardwareConfig
 from sim.cost.base import OperatorCost
-from sim.cost.layout import PerGpu
 from sim.cost.operators import expected_distinct_experts
 from sim.cost.pricing import ACT_BYTES, Pricer
+from sim.model.layout import PerGpu
 
 
 def expert_math_dtype(g: PerGpu) -> str:

@@ -28,13 +28,13 @@ from sim.cost.base import OperatorCost, StepCost
 from sim.cost.cuda_graphs import CudaGraphs
 from sim.cost.host import HostCosts, new_requests
 from sim.cost.layers import head_ops, layer_token_ops
-from sim.cost.layout import ATTENTION_KINDS, FFN_KINDS, LayerCounts, PerGpu, stage_layer_counts
 from sim.cost.memo import Memo
 from sim.cost.moe import expert_efficiency_key, expert_math_dtype
 from sim.cost.operators import Efficiency
 from sim.cost.pipeline import makespan, micro_batches, send_ops
 from sim.cost.pricing import Pricer
 from sim.errors import ConfigError
+from sim.model.layout import ATTENTION_KINDS, FFN_KINDS, LayerCounts, PerGpu, stage_layer_counts
 
 BOUND_INDEX = {"compute": 0, "memory": 1, "comm": 2}
 

@@ -58,6 +58,32 @@ def test_the_command_doors_are_the_two_commands():
     assert doors == ["sim/__main__.py", "sim/explain.py"]
 
 
+HEAD_FIELDS = {"num_attention_heads", "num_key_value_heads", "linear_num_key_heads",
+               "linear_num_value_heads"}
+
+
+def _splits_heads(node: ast.AST) -> bool:
+    """Whether ``node`` divides a model's head count (``x // tp``, ``_cdiv(x, tp)``)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Div)):
+        side = node.left
+    elif isinstance(node, ast.Call) and node.args and "div" in ast.unparse(node.func):
+        side = node.args[0]
+    else:
+        return False
+    return isinstance(side, ast.Attribute) and side.attr in HEAD_FIELDS
+
+
+def test_per_gpu_heads_are_derived_in_one_place():
+    """The cost model and the memory budget read per-GPU head counts from
+    sim.model.layout.PerGpu; nothing else in sim/ splits a model's heads over GPUs."""
+    found = [f"{path.relative_to(REPO)}:{node.lineno}"
+             for path in (REPO / "sim").rglob("*.py") if path.name != "layout.py"
+             for node in ast.walk(ast.parse(path.read_text())) if _splits_heads(node)]
+    assert found == []
+    layout = ast.parse((REPO / "sim" / "model" / "layout.py").read_text())
+    assert any(_splits_heads(n) for n in ast.walk(layout))  # the check sees a split
+
+
 def test_scenarios_never_import_sim():
     for path in (REPO / "scenarios").rglob("*.py"):
         assert not imported_packages(path) & {"sim", "analysis", "calibration"}, path

@@ -16,11 +16,11 @@ from sim.config import (
 )
 from sim.config.parallel import pipeline_stage_layers
 from sim.cost.host import HostCosts
-from sim.cost.layout import LayerCounts, stage_layer_counts
 from sim.cost.operators import comm_time
 from sim.cost.pipeline import bubble_fraction, makespan
 from sim.cost.roofline import RooflineCostModel, load_calibration
 from sim.errors import ConfigError
+from sim.model.layout import LayerCounts, stage_layer_counts
 
 H100 = HardwareConfig(name="h100_sxm", bf16_flops=989.4e12, fp8_flops=1978.9e12,
                       hbm_bandwidth=3.35e12, hbm_bytes=80e9, nvlink_bandwidth=450e9,

@@ -14,7 +14,6 @@ from cli.app import log_memory_budgets
 from sim.builders import build_replica_parts, plain, replica_memory_budget
 from sim.config import HardwareConfig, KVCacheConfig, ModelConfig, SchedulerConfig
 from sim.cost import RooflineCostModel
-from sim.cost.layout import PerGpu
 from sim.cost.operators import Efficiency, gemm_time
 from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
@@ -27,6 +26,7 @@ from sim.memory import (
     stage_weight_bytes,
     weight_bytes_per_gpu,
 )
+from sim.model.layout import PerGpu
 from sim.records import LogHistogram
 from sim.state import RequestTable
 

@@ -98,8 +98,10 @@ class PerGpu:
     lin_conv: int
 
     @classmethod
-    def of(cls, m: ModelConfig, tp: int, ep: int, kv_bytes: float) -> PerGpu:
-        """Per-GPU shapes of ``m``; ``ep`` is 1 (experts tensor-parallel) or ``tp``."""
+    def of(cls, m: ModelConfig, tp: int, ep: int = 1, kv_bytes: float = 0.0) -> PerGpu:
+        """Per-GPU shapes of ``m``; ``ep`` is 1 (experts tensor-parallel) or ``tp``. Heads
+        split ``tp`` ways (the config checks that ``tp`` divides the query and linear-attention
+        heads); K/V heads are replicated when fewer than the GPUs."""
         edt = expert_dtype(m)
         return cls(
             hidden=m.hidden_size, vocab=m.vocab_size, tp=tp, ep=ep, layer_dtype=m.dtype,
