@@ -82,6 +82,17 @@ def prefix_caching_by_default(backend: str, version: str) -> bool:
     return len(parts) < 2 or (int(parts[0]), int(parts[1])) >= (0, 8)
 
 
+def prefix_caching_override(backend: str, version: str = "",
+                            serve_args: dict[str, str] | None = None) -> str:
+    """``kv_cache.prefix_caching=...`` as the engine ran: its default, unless the serve
+    command's flags turn it on or off."""
+    args = serve_args or {}
+    caches = (prefix_caching_by_default(backend, version)
+              or "enable-prefix-caching" in args) and not any(
+        flag in args for flag in PREFIX_CACHE_OFF_FLAGS)
+    return f"kv_cache.prefix_caching={str(caches).lower()}"
+
+
 def plan_run(run: BenchRun, hardware: str = "h100_sxm") -> dict:
     """The run's simulator overrides, or its ``reason`` (and ``note``s) when it cannot run."""
     notes = [run.note] if run.note else []
@@ -122,10 +133,7 @@ def plan_run(run: BenchRun, hardware: str = "h100_sxm") -> dict:
         if flag in run.serve_args:
             overrides.append(f"{key}={run.serve_args[flag]}")
     overrides += [o for flag, o in SWITCH_FLAGS.items() if flag in run.serve_args]
-    caches = (prefix_caching_by_default(run.backend, run.engine_version)
-              or "enable-prefix-caching" in run.serve_args) and not any(
-        flag in run.serve_args for flag in PREFIX_CACHE_OFF_FLAGS)
-    overrides.append(f"kv_cache.prefix_caching={str(caches).lower()}")
+    overrides.append(prefix_caching_override(run.backend, run.engine_version, run.serve_args))
     for flag in ("attention-backend", "enable-torch-compile"):
         if flag in run.serve_args:
             notes.append(f"--{flag} {run.serve_args[flag]}".strip() + ": not modelled")

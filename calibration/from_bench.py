@@ -25,7 +25,7 @@ from omegaconf import MISSING
 from analysis.files import write_text
 from analysis.inputs import output_file
 from calibration import frontend_fit
-from calibration.bench_replay import error_table, format_error_table, prefix_caching_by_default
+from calibration.bench_replay import error_table, format_error_table, prefix_caching_override
 from calibration.bench_runs import read_result_file
 from calibration.config import command_main, compose_command
 from calibration.host_fit import write_block
@@ -74,10 +74,10 @@ def check(cfg) -> None:
 
 def deployment_overrides(cfg) -> list[str]:
     """The simulator overrides of the deployment the results were measured on: the engine
-    with its default prefix caching (``bench_replay.prefix_caching_by_default``) unless the
+    with its default prefix caching (``bench_replay.prefix_caching_override``) unless the
     user's ``overrides`` set it."""
     engine = [] if any(str(o).startswith("kv_cache.prefix_caching=") for o in cfg.overrides) \
-        else [f"kv_cache.prefix_caching={str(prefix_caching_by_default(cfg.backend, '')).lower()}"]
+        else [prefix_caching_override(cfg.backend)]
     return [f"model={cfg.model}", f"hardware={cfg.hardware}", f"backend={cfg.backend}",
             f"scheduler={cfg.backend}",
             f"cluster.tensor_parallel_size={cfg.tensor_parallel_size}", "slo=none",
