@@ -1,6 +1,7 @@
 """Speed of Vidur's own synthetic workload (``experiment=vidur_synthetic``), beside Vidur's.
 
     python benchmarks/bench_vidur.py [--num-requests 100000] [--rates 4 2]
+        [--overrides scheduler=sarathi ...] [--tag NAME]
 
 Runs Llama-2-7B on one A100-80G (vLLM-style scheduler, 128 sequences, 4096 tokens per batch,
 total length uniform in [256, 2048] split 3:1) at each Poisson rate, each in a fresh Python
@@ -12,7 +13,8 @@ compiled loop (``sim.compiled``) on its first use and caches it, a one-off (like
 predictor training) that the measured runs do not pay. They are printed beside the figures
 of microsoft/vidur (main) measured on a 2-core machine like this project's, quoted in issue 7,
 with the ratio, and written to ``benchmarks/results/bench_vidur.json``
-(``bench_vidur_<N>.json`` for a size other than 100,000). Not a test: timings depend on the machine.
+(``bench_vidur_<N>.json`` for a size other than 100,000; ``--tag NAME`` appends ``_NAME``, for
+runs with ``--overrides``, e.g. another scheduler). Not a test: timings depend on the machine.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ VIDUR = {
 }
 
 
-def child(num_requests: int, rate: float) -> dict:
+def child(num_requests: int, rate: float, overrides: list[str]) -> dict:
     """Compose the experiment, build its requests and simulate them in this process."""
     from hydra import compose, initialize_config_module
 
@@ -51,7 +53,8 @@ def child(num_requests: int, rate: float) -> dict:
     with initialize_config_module("conf", version_base=None):
         cfg = compose("config", overrides=["experiment=vidur_synthetic",
                                            f"workload.rate={rate}",
-                                           f"workload.num_requests={num_requests}"])
+                                           f"workload.num_requests={num_requests}",
+                                           *overrides])
     req = requests_for_seed(cfg.workload, cfg.seed)
     t0 = time.perf_counter()
     rec = simulate(cfg, req)
@@ -65,11 +68,12 @@ def child(num_requests: int, rate: float) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def measure(num_requests: int, rate: float) -> dict:
+def measure(num_requests: int, rate: float, overrides: list[str]) -> dict:
     """One fresh-process run; wall time counts from just before the process is started."""
     load_before = os.getloadavg()[0]
     start = time.time()
-    out = subprocess.run([sys.executable, __file__, "--child", str(num_requests), str(rate)],
+    out = subprocess.run([sys.executable, __file__, "--child", str(num_requests), str(rate),
+                          "--overrides", *overrides],
                          check=True, capture_output=True, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
     r["wall_s"] = r.pop("end_of_simulate") - start
@@ -108,19 +112,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num-requests", type=int, default=FULL_SIZE)
     ap.add_argument("--rates", type=float, nargs="+", default=[4.0, 2.0])
+    ap.add_argument("--overrides", nargs="*", default=[],
+                    help="Hydra overrides after the experiment's, e.g. scheduler=sarathi")
+    ap.add_argument("--tag", default="", help="suffix of the results file's name")
     ap.add_argument("--child", nargs=2, metavar=("N", "RATE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(child(int(a.child[0]), float(a.child[1]))))
+        print(json.dumps(child(int(a.child[0]), float(a.child[1]), a.overrides)))
         return 0
     # numba compiles the loop on its first use and caches it: a user's first run pays that
     # once (like Vidur's training, not counted below); the measured runs find it cached
-    warm = measure(200, a.rates[0])
+    warm = measure(200, a.rates[0], a.overrides)
     print(f"warm-up (200 requests, compiles the loop if its cache is empty): wall "
           f"{warm['wall_s']:.1f} s", flush=True)
     rows = []
     for rate in a.rates:
-        r = measure(a.num_requests, rate)
+        r = measure(a.num_requests, rate, a.overrides)
         rows.append(r)
         print(f"{rate:g} req/s, {a.num_requests} requests: wall {r['wall_s']:.1f} s "
               f"(simulate {r['simulate_s']:.1f} s), {r['requests_per_wall_s']:,.0f} req/s, "
@@ -130,11 +137,13 @@ def main() -> int:
     comparable = a.num_requests == FULL_SIZE
     print(table(rows, comparable))
     doc = {"machine": f"{platform.processor() or platform.machine()}, {platform.python_version()}",
-           "cpus": os.cpu_count(), "experiment": "vidur_synthetic", "warm_up": warm,
+           "cpus": os.cpu_count(), "experiment": "vidur_synthetic",
+           "overrides": a.overrides, "warm_up": warm,
            "runs": rows,
            "vidur": {str(k): v for k, v in VIDUR.items()} if comparable else None}
     (HERE / "results").mkdir(exist_ok=True)
-    name = "bench_vidur.json" if comparable else f"bench_vidur_{a.num_requests}.json"
+    name = "bench_vidur" + ("" if comparable else f"_{a.num_requests}")
+    name += f"_{a.tag}.json" if a.tag else ".json"
     (HERE / "results" / name).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 

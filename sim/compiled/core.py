@@ -5,12 +5,13 @@ serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a millio
 take minutes; the compiled loop does the same work in microseconds per step for the
 configurations most runs use: one pool of replicas (one, or several behind the
 ``round_robin`` or ``least_outstanding`` router), a policy whose class declares a
-``fast_path`` with the values it runs (the vLLM scheduler under FCFS: recompute
-preemption, no prefix cache), the roofline cost model on one pipeline stage with full GQA
-attention in every layer, no faults, ITL kept as a histogram, no invariant checks;
-open-loop arrivals and closed-loop clients alike. ``engine: auto`` (the default) takes it
-wherever that holds; ``engine: python`` always runs the SimPy engine. Both give the same
-records to float rounding (``tests/sim/schedulers/test_compiled_core.py``).
+``fast_path`` with the values it runs (the vLLM scheduler under FCFS, Sarathi-Serve,
+TensorRT-LLM, SGLang: recompute preemption, no prefix cache), the roofline cost model on
+one pipeline stage with full GQA attention in every layer, no faults, ITL kept as a
+histogram, no invariant checks; open-loop arrivals and closed-loop clients alike.
+``engine: auto`` (the default) takes it wherever that holds; ``engine: python`` always runs
+the SimPy engine. Both give the same records to float rounding
+(``tests/sim/schedulers/test_compiled_core.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar,
 
 
 ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING}
+# the policies sim.compiled.step_schedule writes out (each class's fast_path says with what)
+POLICIES = {"vllm": S.VLLM, "sarathi": S.SARATHI, "trtllm": S.TRTLLM, "sglang": S.SGLANG}
 
 
 def scheduler_not_compiled(sched_cfg) -> str:
@@ -88,11 +91,13 @@ class CompiledPool:
         parts = pool.parts[0]  # every replica is built from the same config
         self.steps = [rep.steps for rep in pool.replicas]
         s, kv, t = parts.scheduler, parts.kv, run.table
-        R, m = len(pool.replicas), max(s.max_num_seqs, 1)
-        self.prices = Prices(parts.cost_model, s.budget, s.max_num_seqs)
+        sched = run.cluster.cfg.scheduler
+        R, m = len(pool.replicas), max(sched.max_num_seqs, 1)
+        most = max(type(s).step_token_limit(sched), sched.max_num_batched_tokens)
+        self.prices = Prices(parts.cost_model, most, sched.max_num_seqs)
         self.table = (t.arrival, t.num_tokens, t.computed, t.generated, t.max_output, kv.held,
                       t.status, t.first_scheduled, t.first_token, t.last_token, t.completion,
-                      t.preemptions, t.replica)
+                      t.preemptions, t.replica, t.prompt)
         self.order = np.ascontiguousarray(run.arrivals.initial, dtype=np.int64)
         self.refusal = run.cluster.refusal
         arr = run.arrivals
@@ -113,18 +118,26 @@ class CompiledPool:
         self.router = ROUTERS.get(run.cluster.cfg.cluster.router, K.ROUND_ROBIN)
         rs = np.zeros((R, S.NUM_FIELDS), np.int64)
         rs[:, S.FREE] = [p.kv.free_blocks for p in pool.parts]
+        rs[:, S.CHUNKED] = -1
+        rf = np.zeros((R, 3))
+        rf[:, S.RATIO] = S.INIT_NEW_TOKEN_RATIO
         ids = lambda: np.zeros((R, m), np.int64)  # noqa: E731
-        # per replica: state, (step start, end), running, batch ids, new and cached tokens;
+        # per replica: state, (step start, end, SGLang's ratio), running, batch ids, new and
+        # cached tokens;
         # the waiting queues' links; what is left to happen at this instant (kernel._now_queue);
         # the heap of the busy replicas' step ends (time, stamp, replica)
-        self.pool = (rs, np.zeros((R, 2)), ids(), ids(), ids(), ids(),
+        self.pool = (rs, rf, ids(), ids(), ids(), ids(),
                      np.zeros(t.size, np.int64), np.zeros(R + t.size + 1, np.int64),
                      (np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64)))
         self.state = np.zeros(K.NUM_STATE, np.int64)
         self.state[K.PENDING] = -1
         self.clock = np.zeros(1)
-        self.cfg = np.array([s.budget, s.max_num_seqs, s.threshold, int(s.chunked),
-                             kv.block_size, kv.num_blocks], np.int64)
+        self.cfg = np.array([sched.max_num_batched_tokens, sched.max_num_seqs,
+                             sched.long_prefill_token_threshold,
+                             int(sched.enable_chunked_prefill), kv.block_size, kv.num_blocks,
+                             POLICIES[sched.name],
+                             int(sched.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"),
+                             sched.chunk_size], np.int64)
         self.scratch = (np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64),
                         np.zeros(m), np.zeros(8), np.zeros(5))  # want, need, emit, gaps, x, cost
         cols = list(TIMELINE_COLUMNS.values())[:-1] + ["i4"]  # swap_s is 0; + replica

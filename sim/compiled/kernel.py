@@ -212,8 +212,8 @@ def _start(r, now, t, pool, st, cfg, want, need):
     """Replica ``r`` schedules its next batch at ``now``: left to be priced (``PENDING``), or
     idle until an arrival wakes it."""
     rs, rf, running, bids, bnew, bctx, wnext = pool[:7]
-    nb = S.schedule(now, t, running[r], rs[r], wnext, cfg, bids[r], bnew[r], bctx[r], want,
-                    need)
+    nb = S.schedule(now, t, running[r], rs[r], rf[r], wnext, cfg, bids[r], bnew[r], bctx[r],
+                    want, need)
     if nb:
         rs[r, S.NB], rs[r, S.QLEN], rs[r, S.PHASE] = nb, rs[r, S.WCOUNT], PRICING
         rf[r, 0] = now

@@ -1,10 +1,11 @@
-"""One replica's scheduler in compiled code: ``VllmScheduler.schedule`` and ``update``.
+"""One replica's scheduler in compiled code: ``schedule`` runs the replica's policy
+(``cfg[POLICY]``), ``update`` is ``TokenBudgetScheduler.update``.
 
-FCFS, chunked prefill, ``long_prefill_token_threshold``, recompute preemption of the most
-recently admitted request, paged KV blocks (``PagedKVCache.allocate``/``allocate_all``/
-``free``), in the order and with the arithmetic of the Python classes. ``q`` is the replica's
-row of integer state (fields below); its waiting queue is a linked list through ``wnext``
-(one entry per request: a request waits on one replica at a time).
+vLLM (here): FCFS, chunked prefill, ``long_prefill_token_threshold``, recompute preemption
+of the most recently admitted request. Sarathi-Serve (``sim.compiled.sarathi_step``),
+TensorRT-LLM (``trtllm_step``) and SGLang in FCFS order (``sglang_step``) each in their own
+module. All on paged KV blocks (``sim.compiled.replica_rows``), in the order and with the
+arithmetic of the Python classes.
 """
 
 from __future__ import annotations
@@ -13,62 +14,58 @@ import math
 
 from numba import njit
 
-# fields of a replica's integer state row
-FREE, NRUN, WHEAD, WTAIL, WCOUNT, PHASE, NB, QLEN, OUT, STARTED = range(10)
-NUM_FIELDS = 10
-WAITING, RUNNING, FINISHED, REJECTED = 1, 2, 3, 4  # sim.state's status codes
+from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for kernel and core)
+    CHUNK,
+    CHUNKED,
+    END,
+    FINISHED,
+    FREE,
+    NB,
+    NO_EVICT,
+    NRUN,
+    NUM_FIELDS,
+    OUT,
+    PHASE,
+    POLICY,
+    QLEN,
+    RATIO,
+    REJECTED,
+    RUNNING,
+    SARATHI,
+    SGLANG,
+    START,
+    STARTED,
+    TRTLLM,
+    VLLM,
+    WAITING,
+    WCOUNT,
+    WHEAD,
+    WTAIL,
+    allocate,
+    fit_preempting_last,
+    wait_append,
+    wait_popleft,
+    want_of,
+)
+from sim.compiled.sarathi_step import schedule_sarathi
+from sim.compiled.sglang_step import INIT_NEW_TOKEN_RATIO, schedule_sglang  # noqa: F401
+from sim.compiled.trtllm_step import schedule_trtllm
 
 
 @njit(cache=True)
-def wait_append(q, wnext, rid):
-    """Queue ``rid`` at the back of the replica's waiting queue."""
-    if q[WCOUNT]:
-        wnext[q[WTAIL]] = rid
-    else:
-        q[WHEAD] = rid
-    q[WTAIL] = rid
-    q[WCOUNT] += 1
+def schedule(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx, want, need):
+    """The batch of the replica's policy (``cfg[POLICY]``); returns its size."""
+    if cfg[POLICY] == SGLANG:
+        return schedule_sglang(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx)
+    if cfg[POLICY] == SARATHI:
+        return schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want)
+    if cfg[POLICY] == TRTLLM:
+        return schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx)
+    return schedule_vllm(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need)
 
 
 @njit(cache=True)
-def _wait_appendleft(q, wnext, rid):
-    if q[WCOUNT] == 0:
-        q[WTAIL] = rid
-    wnext[rid] = q[WHEAD]
-    q[WHEAD] = rid
-    q[WCOUNT] += 1
-
-
-@njit(cache=True)
-def _wait_popleft(q, wnext):
-    rid = q[WHEAD]
-    q[WCOUNT] -= 1
-    if q[WCOUNT]:
-        q[WHEAD] = wnext[rid]
-    return rid
-
-
-@njit(cache=True)
-def _allocate(rid, n, computed, held, q, bs):
-    """``PagedKVCache.allocate``: blocks for ``n`` more tokens; False when full."""
-    need = (computed[rid] + n + bs - 1) // bs - held[rid]
-    if need <= 0:
-        return True
-    if need > q[FREE]:
-        return False
-    held[rid] += need
-    q[FREE] -= need
-    return True
-
-
-@njit(cache=True)
-def _want(rid, num_tokens, computed, threshold):
-    w = num_tokens[rid] - computed[rid]
-    return min(w, threshold) if threshold > 0 else w
-
-
-@njit(cache=True)
-def schedule(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need):
+def schedule_vllm(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need):
     """``VllmScheduler.schedule`` (FCFS, recompute): the batch into ``bids``/``bnew``/
     ``bctx``; returns its size (0: nothing can run)."""
     num_tokens, computed, held, status = t[1], t[2], t[5], t[6]
@@ -82,7 +79,7 @@ def schedule(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need):
         if nrun:
             total = 0
             for j in range(nrun):
-                want[j] = _want(run[j], num_tokens, computed, threshold)
+                want[j] = want_of(run[j], num_tokens, computed, threshold)
                 total += want[j]
             if total > bud:
                 cum = 0
@@ -112,22 +109,11 @@ def schedule(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need):
                 i = 0
                 while i < nrun and bud - total > 0:
                     rid = run[i]
-                    n = min(_want(rid, num_tokens, computed, threshold), bud - total)
-                    victim_was_rid = False
-                    while not _allocate(rid, n, computed, held, q, bs):
-                        victim = run[nrun - 1]
-                        nrun -= 1
-                        q[FREE] += held[victim]
-                        held[victim] = 0
-                        computed[victim] = 0
-                        preemptions[victim] += 1
-                        status[victim] = WAITING
-                        _wait_appendleft(q, wnext, victim)
-                        preempted = True
-                        if victim == rid:
-                            victim_was_rid = True
-                            break
-                    if victim_was_rid:
+                    n = min(want_of(rid, num_tokens, computed, threshold), bud - total)
+                    fits, nrun = fit_preempting_last(rid, n, run, nrun, computed, held,
+                                                      status, preemptions, q, wnext, bs)
+                    preempted |= nrun < q[NRUN]
+                    if not fits:
                         break
                     bids[nb], bnew[nb], bctx[nb] = rid, n, computed[rid]
                     nb += 1
@@ -139,13 +125,13 @@ def schedule(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need):
             slots = max_seqs - q[NRUN]
             while q[WCOUNT] and slots > 0 and bud > 0:
                 rid = q[WHEAD]
-                n = _want(rid, num_tokens, computed, threshold)
+                n = want_of(rid, num_tokens, computed, threshold)
                 if n > bud and not chunked:
                     break
                 n = min(n, bud)
-                if not _allocate(rid, n, computed, held, q, bs):
+                if not allocate(rid, n, computed, held, q, bs):
                     break
-                _wait_popleft(q, wnext)
+                wait_popleft(q, wnext)
                 status[rid] = RUNNING
                 if math.isnan(first_sched[rid]):
                     first_sched[rid] = now
@@ -196,6 +182,9 @@ def update(now, t, run, q, nb, bids, bnew, emit, gaps, itl):
         if computed[r] == num_tokens[r]:
             emit[ne] = r
             ne += 1
+    c = q[CHUNKED]  # ``SglangScheduler.update``: its last chunk ran
+    if c >= 0 and computed[c] + 1 >= num_tokens[c]:
+        q[CHUNKED] = -1
     if ne == 0:
         return 0
     ng = 0

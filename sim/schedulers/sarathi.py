@@ -40,6 +40,9 @@ class SarathiScheduler(TokenBudgetScheduler):
     settings = TokenBudgetScheduler.settings | {"max_num_seqs", "chunk_size",
                                                 "max_num_batched_tokens"}
     chunk_fields = ("chunk_size", "max_num_batched_tokens")
+    # sim.compiled.step_schedule.schedule_sarathi is this class's loop (recompute preemption)
+    fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
+                 "chunk_size": None, "max_num_batched_tokens": None}
 
     @classmethod
     def step_token_limit(cls, cfg) -> int:

@@ -61,6 +61,9 @@ class SglangScheduler(TokenBudgetScheduler):
     settings = TokenBudgetScheduler.settings | {"max_num_seqs", "max_num_batched_tokens",
                                                 "chunk_size"}
     chunk_fields = ("chunk_size",)
+    # sim.compiled.step_schedule.schedule_sglang is this class's loop (FCFS: no prefix cache)
+    fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
+                 "max_num_batched_tokens": None, "chunk_size": None}
 
     @classmethod
     def step_token_limit(cls, cfg) -> int:

@@ -52,6 +52,10 @@ class TrtllmScheduler(TokenBudgetScheduler):
     settings = TokenBudgetScheduler.settings | {
         "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "capacity_scheduler_policy"}
+    # sim.compiled.step_schedule.schedule_trtllm is this class's loop (recompute pausing)
+    fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
+                 "max_num_batched_tokens": None, "enable_chunked_prefill": None,
+                 "capacity_scheduler_policy": None}
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:

@@ -1,0 +1,125 @@
+"""A compiled replica's state rows and the queue and KV-block operations its policies share.
+
+``q`` is a replica's row of integer state (fields below), ``qf`` its row of floats, ``cfg``
+the pool's config row; a replica's waiting queue is a linked list through ``wnext`` (one
+entry per request: a request waits on one replica at a time). The operations are
+``PagedKVCache.allocate``/``allocate_all``/``free`` and ``TokenBudgetScheduler._preempt``/
+``_admit`` (recompute, no prefix cache) over those arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+# fields of a replica's integer state row
+# (CHUNKED: SGLang's request being prefilled in chunks, -1: none)
+FREE, NRUN, WHEAD, WTAIL, WCOUNT, PHASE, NB, QLEN, OUT, STARTED, CHUNKED = range(11)
+NUM_FIELDS = 11
+# fields of a replica's float state row: step start, step end, SGLang's new_token_ratio
+START, END, RATIO = range(3)
+WAITING, RUNNING, FINISHED, REJECTED = 1, 2, 3, 4  # sim.state's status codes
+# the replica config row: max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
+# chunked prefill, block size, blocks, policy, TensorRT-LLM's GUARANTEED_NO_EVICT, chunk_size
+POLICY, NO_EVICT, CHUNK = 6, 7, 8
+VLLM, SARATHI, TRTLLM, SGLANG = 0, 1, 2, 3  # policy codes (sim.compiled.core.POLICIES)
+
+
+@njit(cache=True)
+def wait_append(q, wnext, rid):
+    """Queue ``rid`` at the back of the replica's waiting queue."""
+    if q[WCOUNT]:
+        wnext[q[WTAIL]] = rid
+    else:
+        q[WHEAD] = rid
+    q[WTAIL] = rid
+    q[WCOUNT] += 1
+
+
+@njit(cache=True)
+def wait_appendleft(q, wnext, rid):
+    if q[WCOUNT] == 0:
+        q[WTAIL] = rid
+    wnext[rid] = q[WHEAD]
+    q[WHEAD] = rid
+    q[WCOUNT] += 1
+
+
+@njit(cache=True)
+def wait_popleft(q, wnext):
+    rid = q[WHEAD]
+    q[WCOUNT] -= 1
+    if q[WCOUNT]:
+        q[WHEAD] = wnext[rid]
+    return rid
+
+
+@njit(cache=True)
+def allocate(rid, n, computed, held, q, bs):
+    """``PagedKVCache.allocate``: blocks for ``n`` more tokens; False when full."""
+    need = (computed[rid] + n + bs - 1) // bs - held[rid]
+    if need <= 0:
+        return True
+    if need > q[FREE]:
+        return False
+    held[rid] += need
+    q[FREE] -= need
+    return True
+
+
+@njit(cache=True)
+def want_of(rid, num_tokens, computed, threshold):
+    w = num_tokens[rid] - computed[rid]
+    return min(w, threshold) if threshold > 0 else w
+
+
+@njit(cache=True)
+def preempt(victim, computed, held, status, preemptions, q, wnext):
+    """``TokenBudgetScheduler._preempt`` by recompute, the victim back at the queue's front."""
+    q[FREE] += held[victim]
+    held[victim] = 0
+    computed[victim] = 0
+    preemptions[victim] += 1
+    status[victim] = WAITING
+    wait_appendleft(q, wnext, victim)
+
+
+@njit(cache=True)
+def fit_preempting_last(rid, n, run, nrun, computed, held, status, preemptions, q, wnext, bs):
+    """Blocks for ``n`` more tokens of ``rid``, preempting the last of ``run[:nrun]`` until
+    they fit or ``rid`` itself was the victim: (whether they fit, the running count left)."""
+    while not allocate(rid, n, computed, held, q, bs):
+        victim = run[nrun - 1]
+        nrun -= 1
+        preempt(victim, computed, held, status, preemptions, q, wnext)
+        if victim == rid:
+            return False, nrun
+    return True, nrun
+
+
+@njit(cache=True)
+def allocate_decodes(run, nrun, num_tokens, computed, held, q, bs):
+    """``PagedKVCache.allocate_all`` of one token for each of ``run[:nrun]`` one token short
+    of all it knows (a decode): all of their blocks, or none and False."""
+    blocks = 0
+    for j in range(nrun):
+        r = run[j]
+        if num_tokens[r] - computed[r] == 1:
+            blocks += max((computed[r] + bs) // bs - held[r], 0)
+    if blocks > q[FREE]:
+        return False
+    for j in range(nrun):
+        r = run[j]
+        if num_tokens[r] - computed[r] == 1:
+            held[r] = max(held[r], (computed[r] + bs) // bs)
+    q[FREE] -= blocks
+    return True
+
+
+@njit(cache=True)
+def admit(rid, now, status, first_sched):
+    """``TokenBudgetScheduler._admit`` (no prefix cache)."""
+    status[rid] = RUNNING
+    if math.isnan(first_sched[rid]):
+        first_sched[rid] = now

@@ -1,0 +1,93 @@
+"""``SarathiScheduler.schedule`` in compiled code (``sim.compiled.step_schedule`` runs it)."""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from sim.compiled.replica_rows import (
+    CHUNK,
+    NRUN,
+    RUNNING,
+    WCOUNT,
+    WHEAD,
+    allocate,
+    allocate_decodes,
+    preempt,
+    wait_popleft,
+)
+
+
+@njit(cache=True)
+def schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want):
+    """``SarathiScheduler.schedule`` (recompute): decodes, then chunks of prompts in
+    progress, then chunks of new prompts, into ``bids``/``bnew``/``bctx``; returns the
+    batch's size. ``run`` stays in arrival order."""
+    arrival, num_tokens, computed, held, status = t[0], t[1], t[2], t[5], t[6]
+    first_sched, preemptions = t[7], t[11]
+    room, max_seqs, bs = cfg[CHUNK], cfg[1], cfg[4]
+    nrun = q[NRUN]
+    if not allocate_decodes(run, nrun, num_tokens, computed, held, q, bs):
+        # ``_decodes_with_preemption``: the latest-arrived not yet visited goes first
+        keep = 0
+        i = 0
+        while i < nrun:
+            r = run[i]
+            i += 1
+            if num_tokens[r] - computed[r] > 1:  # prompt in progress: its blocks are held
+                run[keep] = r
+                keep += 1
+                continue
+            while not allocate(r, 1, computed, held, q, bs):
+                if i < nrun:
+                    victim = run[nrun - 1]
+                    nrun -= 1
+                else:
+                    victim = r
+                preempt(victim, computed, held, status, preemptions, q, wnext)
+                if victim == r:
+                    break
+            else:
+                run[keep] = r
+                keep += 1
+        nrun = keep
+        q[NRUN] = nrun
+    nb = 0
+    for j in range(nrun):  # the decodes, in running order
+        r = run[j]
+        if num_tokens[r] - computed[r] == 1:
+            bids[nb], bnew[nb], bctx[nb] = r, 1, computed[r]
+            nb += 1
+    room -= nb
+    for j in range(nrun):  # FCFS chunks of the prompts in progress
+        r = run[j]
+        rem = num_tokens[r] - computed[r]
+        if rem > 1:
+            give = min(max(room, 0), rem)
+            if give > 0:
+                bids[nb], bnew[nb], bctx[nb] = r, give, computed[r]
+                nb += 1
+                room -= give
+    slots = max_seqs - nrun
+    while q[WCOUNT] and slots > 0 and room > 0:  # ``_admit_waiting``
+        rid = q[WHEAD]
+        n = num_tokens[rid] - computed[rid]
+        if not allocate(rid, n, computed, held, q, bs):  # the whole prompt, up front
+            break
+        wait_popleft(q, wnext)
+        status[rid] = RUNNING
+        if math.isnan(first_sched[rid]):
+            first_sched[rid] = now
+        k = nrun  # into the running list by arrival, after any that arrived no later
+        while k > 0 and arrival[run[k - 1]] > arrival[rid]:
+            run[k] = run[k - 1]
+            k -= 1
+        run[k] = rid
+        nrun += 1
+        q[NRUN] = nrun
+        bids[nb], bnew[nb], bctx[nb] = rid, min(n, room), computed[rid]
+        room -= bnew[nb]
+        nb += 1
+        slots -= 1
+    return nb

@@ -1,0 +1,191 @@
+"""``SglangScheduler.schedule`` in compiled code (``sim.compiled.step_schedule`` runs it)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from sim.compiled.replica_rows import (
+    CHUNK,
+    CHUNKED,
+    FREE,
+    NRUN,
+    RATIO,
+    RUNNING,
+    WAITING,
+    WCOUNT,
+    WHEAD,
+    admit,
+    allocate,
+    wait_append,
+    wait_popleft,
+)
+
+# sim.schedulers.sglang's constants
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
+
+
+@njit(cache=True)
+def _sglang_prefill(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
+    """``SglangScheduler._prefill_batch`` (FCFS): its size, 0 when nothing is prefilled."""
+    num_tokens, computed, generated, max_output, held, status = t[1], t[2], t[3], t[4], t[5], \
+        t[6]
+    first_sched = t[7]
+    max_running, bs = cfg[1], cfg[4]
+    nrun = q[NRUN]
+    reserved = 0
+    for j in range(nrun):  # ``_reserved_tokens``
+        r = run[j]
+        reserved += min(max_output[r] - generated[r], CLIP_MAX_NEW_TOKENS)
+    rem_total = q[FREE] * bs - (reserved * qf[RATIO] if nrun else 0.0)
+    rem_input, rem_chunk = cfg[0], cfg[CHUNK]
+    nb = 0
+    c = q[CHUNKED]
+    if c >= 0:  # the chunked request goes first, with what the chunk allows
+        n = min(num_tokens[c] - computed[c], rem_chunk)
+        if not allocate(c, n, computed, held, q, bs):
+            return 0
+        bids[0], bnew[0], bctx[0] = c, n, computed[c]
+        nb = 1
+        rem_total -= n
+        rem_input -= n
+        rem_chunk -= n
+    admitted = 0
+    for _ in range(q[WCOUNT]):
+        rid = q[WHEAD]
+        if nrun + admitted >= max_running or rem_input <= 0 or rem_chunk <= 0:
+            break
+        extend = num_tokens[rid] - computed[rid]
+        max_new = min(max_output[rid] - generated[rid], CLIP_MAX_NEW_TOKENS)
+        if extend + max_new >= rem_total and (nrun or nb):
+            break
+        n = min(extend, rem_chunk)
+        if n > rem_input and nb:
+            break
+        if not allocate(rid, n, computed, held, q, bs):
+            break
+        wait_popleft(q, wnext)
+        admit(rid, now, status, first_sched)
+        run[nrun + admitted] = rid
+        admitted += 1
+        bids[nb], bnew[nb], bctx[nb] = rid, n, computed[rid]
+        nb += 1
+        rem_total -= extend + max_new
+        rem_input -= n
+        rem_chunk -= n
+        if n < extend:
+            q[CHUNKED] = rid
+            break
+    q[NRUN] = nrun + admitted
+    return nb
+
+
+@njit(cache=True)
+def _sglang_retract(t, run, q, qf, wnext, bs, keep):
+    """``SglangScheduler._retract`` of the decode requests ``run[:nrun]`` except the chunked
+    one: the kept, in ``keep[:k]`` (most progressed first), k returned."""
+    num_tokens, computed, generated, max_output, held, status = t[1], t[2], t[3], t[4], t[5], \
+        t[6]
+    preemptions, prompt = t[11], t[13]
+    nrun, c = q[NRUN], q[CHUNKED]
+    m = 0
+    for j in range(nrun):
+        if run[j] != c:
+            keep[m] = run[j]
+            m += 1
+    key = np.empty(m, np.int64)  # (generated, -prompt) ascending, stably: victims first
+    for j in range(m):
+        key[j] = generated[keep[j]]
+    order = np.argsort(key, kind="mergesort")
+    by_gen = keep[:m][order]
+    # ties on generated: the longest prompt first, still stably
+    i = 0
+    while i < m:
+        k = i
+        while k + 1 < m and generated[by_gen[k + 1]] == generated[by_gen[i]]:
+            k += 1
+        if k > i:
+            seg = by_gen[i:k + 1].copy()
+            neg = np.empty(k + 1 - i, np.int64)
+            for j in range(k + 1 - i):
+                neg[j] = -prompt[seg[j]]
+            by_gen[i:k + 1] = seg[np.argsort(neg, kind="mergesort")]
+        i = k + 1
+    for j in range(m):  # keep = descending; its last is the next victim
+        keep[j] = by_gen[m - 1 - j]
+    k = m
+    while k > 1:
+        need = 0
+        for j in range(k):
+            r = keep[j]
+            need += max((num_tokens[r] + bs - 1) // bs - held[r], 0)
+        if need <= q[FREE]:
+            break
+        k -= 1
+        victim = keep[k]
+        q[FREE] += held[victim]
+        held[victim] = 0
+        computed[victim] = 0
+        preemptions[victim] += 1
+        status[victim] = WAITING
+        wait_append(q, wnext, victim)  # SGLang puts it at the back
+    n = 0
+    for j in range(nrun):  # the running list keeps its order
+        r = run[j]
+        if r == c or status[r] == RUNNING:
+            run[n] = r
+            n += 1
+    q[NRUN] = n
+    gen, mx = 0, 0
+    for j in range(k):
+        gen += generated[keep[j]]
+        mx += max_output[keep[j]]
+    qf[RATIO] = min(1.0, (gen + RETRACT_DECODE_STEPS * k) / (mx + 1))
+    return k
+
+
+@njit(cache=True)
+def schedule_sglang(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
+    """``SglangScheduler.schedule`` (FCFS, recompute retraction): a prefill batch if any
+    request can be admitted (or a chunked prefill goes on), else a decode batch of every
+    running request; returns its size (0: nothing can run)."""
+    num_tokens, computed, held = t[1], t[2], t[5]
+    bs = cfg[4]
+    if q[WCOUNT] == 0 and q[NRUN] == 0:
+        qf[RATIO] = INIT_NEW_TOKEN_RATIO  # idle: back to the initial estimate
+        return 0
+    if q[WCOUNT] or q[CHUNKED] >= 0:
+        nb = _sglang_prefill(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx)
+        if nb:
+            return nb
+    c = q[CHUNKED]
+    nb = 0
+    blocks = 0
+    for j in range(q[NRUN]):  # ``_decode_batch``: every running request but the chunked
+        r = run[j]
+        if r != c:
+            bids[nb], bnew[nb], bctx[nb] = r, num_tokens[r] - computed[r], computed[r]
+            blocks += max((num_tokens[r] + bs - 1) // bs - held[r], 0)
+            nb += 1
+    if nb == 0:
+        return 0
+    if blocks > q[FREE]:
+        nb = _sglang_retract(t, run, q, qf, wnext, bs, bids)
+        blocks = 0
+        for j in range(nb):
+            r = bids[j]
+            bnew[j], bctx[j] = num_tokens[r] - computed[r], computed[r]
+            blocks += max((num_tokens[r] + bs - 1) // bs - held[r], 0)
+        if blocks > q[FREE]:
+            raise AssertionError("one request cannot decode in an otherwise empty cache")
+    else:
+        qf[RATIO] = max(qf[RATIO] - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+    for j in range(nb):
+        r = bids[j]
+        held[r] = max(held[r], (num_tokens[r] + bs - 1) // bs)
+    q[FREE] -= blocks
+    return nb
