@@ -6,7 +6,7 @@ take minutes; the compiled loop does the same work in microseconds per step for 
 configurations most runs use: one pool of replicas (one, or several behind the
 ``round_robin`` or ``least_outstanding`` router), a policy whose class declares a
 ``fast_path`` with the values it runs (the vLLM scheduler under FCFS, Sarathi-Serve,
-TensorRT-LLM, SGLang: recompute preemption, no prefix cache), the roofline cost model on
+TensorRT-LLM, SGLang, Orca: recompute preemption, no prefix cache), the roofline cost model on
 one pipeline stage with full GQA attention in every layer, no faults, ITL kept as a
 histogram, no invariant checks; open-loop arrivals and closed-loop clients alike.
 ``engine: auto`` (the default) takes it wherever that holds; ``engine: python`` always runs
@@ -33,7 +33,8 @@ PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar,
 
 ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING}
 # the policies sim.compiled.step_schedule writes out (each class's fast_path says with what)
-POLICIES = {"vllm": S.VLLM, "sarathi": S.SARATHI, "trtllm": S.TRTLLM, "sglang": S.SGLANG}
+POLICIES = {"vllm": S.VLLM, "sarathi": S.SARATHI, "trtllm": S.TRTLLM, "sglang": S.SGLANG,
+            "orca": S.ORCA}
 
 
 def scheduler_not_compiled(sched_cfg) -> str:

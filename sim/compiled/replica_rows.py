@@ -23,7 +23,7 @@ WAITING, RUNNING, FINISHED, REJECTED = 1, 2, 3, 4  # sim.state's status codes
 # the replica config row: max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
 # chunked prefill, block size, blocks, policy, TensorRT-LLM's GUARANTEED_NO_EVICT, chunk_size
 POLICY, NO_EVICT, CHUNK = 6, 7, 8
-VLLM, SARATHI, TRTLLM, SGLANG = 0, 1, 2, 3  # policy codes (sim.compiled.core.POLICIES)
+VLLM, SARATHI, TRTLLM, SGLANG, ORCA = 0, 1, 2, 3, 4  # policy codes (sim.compiled.core.POLICIES)
 
 
 @njit(cache=True)

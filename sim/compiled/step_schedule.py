@@ -3,9 +3,9 @@
 
 vLLM (here): FCFS, chunked prefill, ``long_prefill_token_threshold``, recompute preemption
 of the most recently admitted request. Sarathi-Serve (``sim.compiled.sarathi_step``),
-TensorRT-LLM (``trtllm_step``) and SGLang in FCFS order (``sglang_step``) each in their own
-module. All on paged KV blocks (``sim.compiled.replica_rows``), in the order and with the
-arithmetic of the Python classes.
+TensorRT-LLM (``trtllm_step``), SGLang in FCFS order (``sglang_step``) and Orca
+(``orca_step``) each in their own module. All on paged KV blocks
+(``sim.compiled.replica_rows``), in the order and with the arithmetic of the Python classes.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import math
 
 from numba import njit
 
+from sim.compiled.orca_step import schedule_orca
 from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for kernel and core)
     CHUNK,
     CHUNKED,
@@ -24,6 +25,7 @@ from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for ke
     NO_EVICT,
     NRUN,
     NUM_FIELDS,
+    ORCA,
     OUT,
     PHASE,
     POLICY,
@@ -61,6 +63,8 @@ def schedule(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx, want, need):
         return schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want)
     if cfg[POLICY] == TRTLLM:
         return schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx)
+    if cfg[POLICY] == ORCA:
+        return schedule_orca(now, t, run, q, wnext, cfg, bids, bnew, bctx)
     return schedule_vllm(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need)
 
 

@@ -30,6 +30,9 @@ class OrcaScheduler(TokenBudgetScheduler):
     name = "orca"
     settings = TokenBudgetScheduler.settings | {"max_num_seqs", "max_num_batched_tokens"}
     whole_prompt = True
+    # sim.compiled.orca_step.schedule_orca is this class's loop
+    fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
+                 "max_num_batched_tokens": None}
 
     uses_prefix_cache = False
 

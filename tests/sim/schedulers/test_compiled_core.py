@@ -201,7 +201,7 @@ def test_a_request_table_that_cannot_be_released_is_one_error(tiny_config, reque
        replicas=st.sampled_from([1, 1, 2, 3]),
        router=st.sampled_from(["round_robin", "least_outstanding"]),
        scheduler=st.sampled_from(["vllm", "sarathi", "trtllm", "trtllm_max_utilization",
-                                  "sglang"]),
+                                  "sglang", "orca"]),
        chunk=st.integers(1, 400))
 def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, seed,
                                                      num_blocks, block_size, max_seqs,
@@ -209,7 +209,7 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
                                                      replicas, router, scheduler, chunk):
     own = {"vllm": {"long_prefill_token_threshold": threshold},
            "sarathi": {"chunk_size": min(chunk, budget)}, "trtllm": {},
-           "sglang": {"chunk_size": chunk},
+           "sglang": {"chunk_size": chunk}, "orca": {},
            "trtllm_max_utilization": {"capacity_scheduler_policy": "MAX_UTILIZATION"},
            }[scheduler]
     cfg = tiny_config(scheduler.split("_")[0], num_blocks=num_blocks, block_size=block_size,
@@ -246,10 +246,11 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
     ["scheduler=sglang"], ["experiment=vidur_synthetic", "scheduler=sglang"],
     ["scheduler=sglang", "workload=closed_loop", "workload.concurrency=200",
      "cluster.replicas=2", "cluster.router=least_outstanding"],
+    ["scheduler=orca"], ["scheduler=orca", "workload=closed_loop", "workload.concurrency=64"],
 ], ids=["default", "vidur", "moe_tp2", "closed_loop", "closed_loop_think", "multi_turn",
         "replicas_round_robin", "replicas_least_outstanding", "sarathi", "vidur_sarathi",
         "sarathi_closed_loop", "trtllm", "vidur_trtllm", "trtllm_max_utilization", "sglang",
-        "vidur_sglang", "sglang_closed_loop"])
+        "vidur_sglang", "sglang_closed_loop", "orca", "orca_closed_loop"])
 def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_for, overrides):
     cfg = compose_cfg("workload.num_requests=300", *overrides)
     req = requests_for(cfg)
@@ -264,8 +265,8 @@ def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_fo
     (["cluster.replicas=2", "cluster.router=power_of_two"],
      "router power_of_two (compiled: round_robin, least_outstanding)"),
     (["cluster=disagg"], "disaggregated prefill and decode"),
-    (["scheduler=orca"], "scheduler=orca (compiled: vllm, sarathi, trtllm, sglang)"),
-    (["scheduler=edf"], "scheduler=edf (compiled: vllm, sarathi, trtllm, sglang)"),
+    (["scheduler=static"], "scheduler=static (compiled: orca, vllm, sarathi, trtllm, sglang)"),
+    (["scheduler=edf"], "scheduler=edf (compiled: orca, vllm, sarathi, trtllm, sglang)"),
     (["scheduler.policy=priority"], "scheduler.policy=priority (compiled: fcfs)"),
     (["kv_cache.prefix_caching=true"], "prefix caching, swap or state blocks"),
     (["cost_model=constant"], "the cost model is not the roofline"),

@@ -1,4 +1,4 @@
-"""The compiled Sarathi-Serve, TensorRT-LLM and SGLang policies (``sim.compiled``) give the
+"""The compiled Sarathi-Serve, TensorRT-LLM, SGLang and Orca policies (``sim.compiled``) give the
 SimPy engine's records to float rounding; random runs and shipped workloads of every compiled
 policy are in ``test_compiled_core.py``."""
 
@@ -26,6 +26,11 @@ POLICY_CASES = {  # the other compiled policies: (scheduler, its settings)
     "sglang_kv_pressure": ("sglang", {"num_blocks": 60, "block_size": 4}),  # retraction
     "sglang_small_chunk": ("sglang", {"chunk_size": 40, "budget": 64}),  # chunked prompts
     "sglang_few_seats": ("sglang", {"max_seqs": 3}),
+    "orca": ("orca", {}),
+    "orca_reservations": ("orca", {"num_blocks": 90, "block_size": 4}),  # full-length KV
+    "orca_few_seats": ("orca", {"max_seqs": 3}),
+    # many decodes take their token out of the budget the whole prompts fit in
+    "orca_budget": ("orca", {"max_len": 320, "max_seqs": 64, "num_blocks": 3000}),
 }
 
 
