@@ -1,9 +1,10 @@
-"""A compiled event loop for the single-replica vLLM configuration (``sim.compiled.core``).
+"""A compiled event loop for the configurations most runs use (``sim.compiled.core``).
 
 Numba's on-disk cache (``cache=True``) keys each function by the text of its own file only,
 so after an edit or upgrade of ``step_price.py`` the cached ``kernel.run`` that inlines it would
 still load: stale machine code, silently. Importing the package therefore drops every cached
-entry when the package's sources differ from those the cache was built from.
+entry when the package's sources, or those of ``sim/schedulers/`` whose constants it compiles
+in (``SglangScheduler``'s), differ from those the cache was built from.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import hashlib
 from pathlib import Path
 
 
-def drop_stale_numba_cache(here: Path) -> None:
+def drop_stale_numba_cache(here: Path, *read: Path) -> None:
     """Delete ``here/__pycache__/*.nbi|*.nbc`` unless they were built from the exact sources
-    of ``here/*.py``."""
+    of ``here/*.py`` and of the ``*.py`` in the folders ``read``."""
     cache = here / "__pycache__"
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py"))))
+    sources = [p for folder in (here, *read) for p in sorted(folder.glob("*.py"))]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources))
     stamp = cache / "numba_sources.sha256"
     try:
         if stamp.is_file() and stamp.read_text() == digest.hexdigest():
@@ -29,4 +31,4 @@ def drop_stale_numba_cache(here: Path) -> None:
         pass
 
 
-drop_stale_numba_cache(Path(__file__).parent)
+drop_stale_numba_cache(Path(__file__).parent, Path(__file__).parent.parent / "schedulers")

@@ -39,6 +39,7 @@ def wait_append(q, wnext, rid):
 
 @njit(cache=True)
 def wait_appendleft(q, wnext, rid):
+    """Queue ``rid`` at the front of the replica's waiting queue."""
     if q[WCOUNT] == 0:
         q[WTAIL] = rid
     wnext[rid] = q[WHEAD]
@@ -48,6 +49,7 @@ def wait_appendleft(q, wnext, rid):
 
 @njit(cache=True)
 def wait_popleft(q, wnext):
+    """Take the front of the replica's waiting queue."""
     rid = q[WHEAD]
     q[WCOUNT] -= 1
     if q[WCOUNT]:
@@ -75,13 +77,20 @@ def want_of(rid, num_tokens, computed, threshold):
 
 
 @njit(cache=True)
-def preempt(victim, computed, held, status, preemptions, q, wnext):
-    """``TokenBudgetScheduler._preempt`` by recompute, the victim back at the queue's front."""
+def release(victim, computed, held, status, preemptions, q):
+    """Recompute preemption of ``victim`` (``kv.free`` and ``RequestTable.preempt``): its
+    blocks freed, its KV to be recomputed; the caller queues it again."""
     q[FREE] += held[victim]
     held[victim] = 0
     computed[victim] = 0
     preemptions[victim] += 1
     status[victim] = WAITING
+
+
+@njit(cache=True)
+def preempt(victim, computed, held, status, preemptions, q, wnext):
+    """``TokenBudgetScheduler._preempt`` by recompute, the victim back at the queue's front."""
+    release(victim, computed, held, status, preemptions, q)
     wait_appendleft(q, wnext, victim)
 
 

@@ -12,21 +12,23 @@ from sim.compiled.replica_rows import (
     NRUN,
     RATIO,
     RUNNING,
-    WAITING,
     WCOUNT,
     WHEAD,
     admit,
     allocate,
+    release,
     wait_append,
     wait_popleft,
 )
 
-# sim.schedulers.sglang's constants
-INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
-NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
-RETRACT_DECODE_STEPS = 20
-CLIP_MAX_NEW_TOKENS = 4096
+# numba freezes these at compile time; sim.compiled's cache stamp covers sim/schedulers/
+from sim.schedulers.sglang import (
+    CLIP_MAX_NEW_TOKENS,
+    INIT_NEW_TOKEN_RATIO,
+    MIN_NEW_TOKEN_RATIO,
+    NEW_TOKEN_RATIO_DECAY,
+    RETRACT_DECODE_STEPS,
+)
 
 
 @njit(cache=True)
@@ -97,26 +99,14 @@ def _sglang_retract(t, run, q, qf, wnext, bs, keep):
         if run[j] != c:
             keep[m] = run[j]
             m += 1
-    key = np.empty(m, np.int64)  # (generated, -prompt) ascending, stably: victims first
+    # np.lexsort((-prompt, generated)): (generated, -prompt) ascending, stably, as one key
+    # (token counts are far below 2**31); victims first
+    key = np.empty(m, np.int64)
     for j in range(m):
-        key[j] = generated[keep[j]]
-    order = np.argsort(key, kind="mergesort")
-    by_gen = keep[:m][order]
-    # ties on generated: the longest prompt first, still stably
-    i = 0
-    while i < m:
-        k = i
-        while k + 1 < m and generated[by_gen[k + 1]] == generated[by_gen[i]]:
-            k += 1
-        if k > i:
-            seg = by_gen[i:k + 1].copy()
-            neg = np.empty(k + 1 - i, np.int64)
-            for j in range(k + 1 - i):
-                neg[j] = -prompt[seg[j]]
-            by_gen[i:k + 1] = seg[np.argsort(neg, kind="mergesort")]
-        i = k + 1
+        key[j] = generated[keep[j]] * (1 << 32) - prompt[keep[j]]
+    ascending = keep[:m][np.argsort(key, kind="mergesort")]
     for j in range(m):  # keep = descending; its last is the next victim
-        keep[j] = by_gen[m - 1 - j]
+        keep[j] = ascending[m - 1 - j]
     k = m
     while k > 1:
         need = 0
@@ -126,13 +116,8 @@ def _sglang_retract(t, run, q, qf, wnext, bs, keep):
         if need <= q[FREE]:
             break
         k -= 1
-        victim = keep[k]
-        q[FREE] += held[victim]
-        held[victim] = 0
-        computed[victim] = 0
-        preemptions[victim] += 1
-        status[victim] = WAITING
-        wait_append(q, wnext, victim)  # SGLang puts it at the back
+        release(keep[k], computed, held, status, preemptions, q)
+        wait_append(q, wnext, keep[k])  # SGLang puts it at the back
     n = 0
     for j in range(nrun):  # the running list keeps its order
         r = run[j]
