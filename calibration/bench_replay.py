@@ -245,3 +245,27 @@ def format_error_table(errors: pd.DataFrame, title: str) -> str:
         lines.append(f"| {r.backend} | {r.metric} | {r.n} | {r.median_abs_pct:.1f} | "
                      f"{r.p90_abs_pct:.1f} | {r.signed_median_pct:+.1f} |")
     return "\n".join(lines)
+
+
+def model_ratio_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Per backend, client (burst or closed loop), model and tensor-parallel size: n and
+    the median, min and max of predicted ÷ measured request throughput. Where the error
+    lives: a gap that one model has and another not is no single cost of the engine."""
+    t = table.assign(ratio=table["pred_request_throughput"] / table["meas_request_throughput"],
+                     client=np.where(table["max_concurrency"] > 0, "closed loop", "burst"))
+    t = t[np.isfinite(t["ratio"]) & (t["ratio"] > 0)]
+    cols = ["backend", "client", "model", "tp"]
+    if t.empty:
+        return pd.DataFrame(columns=[*cols, "n", "median", "min", "max"])
+    return (t.groupby(cols)["ratio"].agg(n="size", median="median", min="min", max="max")
+            .reset_index())
+
+
+def format_ratio_table(ratios: pd.DataFrame, title: str) -> str:
+    """``model_ratio_table`` as a Markdown table under ``title``."""
+    lines = [f"### {title}", "", "| backend | client | model | TP | n | median | min | max |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in ratios.itertuples():
+        lines.append(f"| {r.backend} | {r.client} | {r.model} | {r.tp} | {r.n} | "
+                     f"{r.median:.2f} | {r.min:.2f} | {r.max:.2f} |")
+    return "\n".join(lines)

@@ -5,8 +5,10 @@ Reads the result files that ``vllm bench serve --save-result`` (or SGLang's
 ``bench_serving``) wrote for one deployment (``calibration.bench_runs.read_result_file``),
 replays each run as its client ran it (``calibration.bench_replay``), fits the backend's
 frontend costs and its per-step host overhead with scipy on the runs not held out
-(``calibration.frontend_fit``; every ``held_out_every``-th run is held out), and writes a copy
-of the backend's calibrated file with the fitted ``frontend:`` and ``host:`` blocks. Select it
+(``calibration.frontend_fit``; every ``held_out_every``-th run is held out), with
+``fit_compute=true`` then the deployment's compute speed (``calibration.compute_fit``: one
+scale of every FLOP roof, with the fitted frontend), and writes a copy of the backend's
+calibrated file with the fitted ``frontend:`` and ``host:`` (and ``compute:``) blocks. Select it
 in any later run with ``cost_model.calibration=PATH``. Prints the error before and after,
 on the training runs and on the held-out ones.
 """
@@ -24,7 +26,7 @@ from omegaconf import MISSING
 
 from analysis.files import write_text
 from analysis.inputs import output_file
-from calibration import frontend_fit
+from calibration import compute_fit, frontend_fit
 from calibration.bench_replay import error_table, format_error_table, prefix_caching_override
 from calibration.bench_runs import read_result_file
 from calibration.config import command_main, compose_command
@@ -32,6 +34,7 @@ from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
 from sim.config.backend import BACKENDS
 from sim.errors import ConfigError
+from sim.frontend import FRONTEND_KEYS
 
 
 @dataclass
@@ -46,6 +49,8 @@ class FromBenchConfig:
     tensor_parallel_size: int = 1
     overrides: list[str] = field(default_factory=list)
     held_out_every: int = 3
+    # then fit the deployment's compute speed too (cost_model.compute_scale; compute_fit)
+    fit_compute: bool = False
     max_evals: int = 30
     n_jobs: int = 2
     out: str | None = None
@@ -115,11 +120,30 @@ def run(cfg, outdir: Path) -> dict:
                 method="python -m calibration from-bench (with the frontend costs)",
                 data=block["data"])
     write_block(out, "host", host)
-    print(f"\nfitted {fit['costs']} and host overhead {fit['host_overhead_ms']} ms on "
+    scale = _fit_compute(cfg, runs, held, fit, out, block) if cfg.fit_compute else None
+    print(f"\nfitted {fit['costs']} and host overhead {fit['host_overhead_ms']} ms"
+          f"{'' if scale is None else f' and compute scale {scale}'} on "
           f"{len(fit['train_runs'])} runs; written to {out}\n"
           f"use it with: python -m sim ... cost_model.calibration={out}")
     return {"costs": fit["costs"], "host_overhead_ms": fit["host_overhead_ms"],
-            "written_to": str(out)}
+            "compute_scale": scale, "written_to": str(out)}
+
+
+def _fit_compute(cfg, runs, held: set[str], fit: dict, out: Path, block: dict) -> float:
+    """Fit the compute scale with the fitted frontend and host, print the held-out error
+    before and after, write the ``compute:`` block into ``out``; the scale."""
+    x = [*(fit["costs"][k] for k in FRONTEND_KEYS), fit["host_overhead_ms"]]
+    cf = compute_fit.fit_compute_scale(runs, cfg.backend, cfg.hardware, held, cfg.max_evals,
+                                       cfg.n_jobs, frontend=x)
+    for split in ("train", "held_out"):
+        for name, t in (("before", cf["before"]), ("after", cf["after"])):
+            part = t[t["split"] == split]
+            if len(part):
+                print(format_error_table(error_table(part),
+                                         f"{split} runs, {name} the compute fit"))
+    write_block(out, "compute", compute_fit.compute_block(cf, block["data"], block["split"],
+                                                          []))
+    return cf["scale"]
 
 
 def compose_config(overrides: list[str]):

@@ -36,7 +36,7 @@ class _OutOfTrials(Exception):
     """The fit has simulated as many trials as it may."""
 
 
-def _soft_l1(r: np.ndarray) -> np.ndarray:
+def soft_l1(r: np.ndarray) -> np.ndarray:
     """scipy's soft-L1 loss of residuals ``r`` at ``F_SCALE``."""
     z = (r / F_SCALE) ** 2
     return F_SCALE**2 * 2 * (np.sqrt(1 + z) - 1)
@@ -62,9 +62,10 @@ def frontend_overrides(x) -> list[str]:
 
 
 def simulate_runs(runs: list[BenchRun], backend: str, x, hardware: str,
-                  n_jobs: int) -> pd.DataFrame:
-    """``replay`` of ``runs`` with frontend costs ``x``, in ``n_jobs`` processes."""
-    extra = {backend: frontend_overrides(x)}
+                  n_jobs: int, more: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``replay`` of ``runs`` with frontend costs ``x`` (None: the calibrated ones) and the
+    overrides ``more``, in ``n_jobs`` processes."""
+    extra = {backend: [*([] if x is None else frontend_overrides(x)), *more]}
     if n_jobs == 1 or len(runs) < 2:
         return replay(runs, hardware, extra)
     parts = Parallel(n_jobs=n_jobs)(delayed(replay)([r], hardware, extra) for r in runs)
@@ -110,7 +111,7 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
         if len(evals) >= max_evals:  # the budget of simulations (Jacobian columns included)
             raise _OutOfTrials
         res = residuals(simulate_runs(train, backend, x, hardware, n_jobs))
-        cost = float(np.sum(_soft_l1(res)))
+        cost = float(np.sum(soft_l1(res)))
         evals.append(float(np.median(np.abs(res))))
         if not best or cost < best["cost"]:
             best.update(cost=cost, x=np.array(x, float))
@@ -142,14 +143,21 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
             "before": before, "after": after}
 
 
-def frontend_block(fit: dict, data: str, fraction: float, seed: int) -> dict:
-    """The calibrated file's ``frontend:`` block of a fit, with its held-out errors."""
+def split_errors(after: pd.DataFrame) -> dict:
+    """Per split (train, held_out) and ``FIT_METRICS`` metric: n, median and p90 absolute
+    error (%) of a fit's table, as a calibrated file's ``errors:`` records them."""
     errors = {}
     for split in ("train", "held_out"):
-        tab = error_table(fit["after"][fit["after"]["split"] == split], FIT_METRICS)
+        tab = error_table(after[after["split"] == split], FIT_METRICS)
         errors[split] = {r.metric: {"n": int(r.n), "median_abs_pct": round(r.median_abs_pct, 1),
                                     "p90_abs_pct": round(r.p90_abs_pct, 1)}
                          for r in tab.itertuples()}
+    return errors
+
+
+def frontend_block(fit: dict, data: str, fraction: float, seed: int) -> dict:
+    """The calibrated file's ``frontend:`` block of a fit, with its held-out errors."""
+    errors = split_errors(fit["after"])
     return {**fit["costs"], "fitted": True, "fitted_on": date.today().isoformat(),
             "method": "python -m calibration validate gpustack_csv=... fit_frontend=true: "
                       "scipy least_squares (soft-L1) on log(pred/meas) of mean and median "

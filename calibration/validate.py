@@ -4,6 +4,7 @@
         [models=[a,b]] [limit=N] [harness=burst|ramp|desync] [requests_per_client=10]
         [fit_host=true] [host_keys=[overhead_ms,per_seq_us,per_new_request_us,per_token_us]]
     python -m calibration validate gpustack_csv=PATH [backend=NAME] [fit_frontend=true]
+        [fit_compute=true]
         (``vllm bench serve`` runs replayed as their client ran them:
         ``calibration.validate_bench``)
 
@@ -98,6 +99,8 @@ class ValidateConfig:
     write_host: bool = True
     fit_frontend: bool = False
     write_frontend: bool = True
+    fit_compute: bool = False
+    write_compute: bool = False
     max_evals: int = 40
     n_jobs: int = 2
 
@@ -274,8 +277,9 @@ def check(cfg) -> None:
     key = "silicon_csv" if cfg.silicon_csv is not None else "gpustack_csv"
     if not Path(cfg[key]).is_file():
         raise ConfigError(key, cfg[key], "not a file")
-    if cfg.fit_frontend and cfg.gpustack_csv is None:
-        raise ConfigError("fit_frontend", True, "needs gpustack_csv=PATH (measured runs)")
+    for key in ("fit_frontend", "fit_compute"):
+        if cfg[key] and cfg.gpustack_csv is None:
+            raise ConfigError(key, True, "needs gpustack_csv=PATH (measured runs)")
     if cfg.max_evals < 1 or cfg.n_jobs < 1:
         raise ConfigError("max_evals" if cfg.max_evals < 1 else "n_jobs",
                           min(cfg.max_evals, cfg.n_jobs), "must be >= 1")

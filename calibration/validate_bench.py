@@ -1,11 +1,15 @@
 """``python -m calibration validate gpustack_csv=PATH``: replay measured ``vllm bench serve``
 runs as their client ran them (``calibration.bench_replay``) and report the error of every
-metric per backend, on all runs and on the runs of models held out of the frontend fit.
+metric per backend, on all runs and on the runs of models held out of the frontend fit, and
+predicted ÷ measured request throughput per model (where the error lives).
 
 ``fit_frontend=true`` first fits each backend's frontend costs (``calibration.frontend_fit``)
 on the runs of the models not held out and writes them into the backend's calibrated file
 (``write_frontend=false``: report only); the split is whatever the calibrated file's
-``frontend:`` block records.
+``frontend:`` block records. ``fit_compute=true`` then fits each backend's compute speed
+(``calibration.compute_fit``) on the runs of the same training models and writes the
+calibrated file's ``compute:`` block with ``write_compute=true`` (default: report only; the
+shipped files carry none, docs/fidelity.md says why).
 """
 
 from __future__ import annotations
@@ -18,8 +22,15 @@ from typing import Any
 import yaml
 
 from analysis.files import atomic_write, write_text
-from calibration import frontend_fit
-from calibration.bench_replay import error_table, format_error_table, replay
+from calibration import compute_fit, frontend_fit
+from calibration.bench_replay import (
+    error_table,
+    format_error_table,
+    format_ratio_table,
+    model_ratio_table,
+    plan_run,
+    replay,
+)
 from calibration.bench_runs import read_gpustack
 from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
@@ -30,6 +41,28 @@ def held_out_of(hardware: str, backend: str) -> list[str]:
     path = calibration_file(hardware, backend)
     doc = yaml.safe_load(path.read_text()) if path.is_file() else {}
     return list((doc.get("frontend") or {}).get("held_out_models") or [])
+
+
+def fit_compute(runs, backend: str, cfg) -> dict:
+    """Fit ``backend``'s compute scale on the runs of the models its frontend fit trained on,
+    print its before/after tables and (``write_compute``) write its ``compute:`` block."""
+    print(f"fitting the {backend} compute scale ...", flush=True)
+    models = held_out_of(cfg.hardware, backend)
+    held = {r.id for r in runs if r.backend == backend
+            and plan_run(r, cfg.hardware)["model"] in models}
+    fit = compute_fit.fit_compute_scale(runs, backend, cfg.hardware, held, cfg.max_evals,
+                                        cfg.n_jobs)
+    block = compute_fit.compute_block(fit, Path(cfg.gpustack_csv).name,
+                                      "the frontend fit's split (whole models)", models)
+    for split in ("train", "held_out"):
+        for name, t in (("before (scale 1)", fit["before"]),
+                        (f"after (scale {fit['scale']})", fit["after"])):
+            part = t[(t["split"] == split) & (t["reason"] == "")]
+            print(format_error_table(error_table(part), f"{backend} {split} runs, {name}"))
+    if cfg.write_compute:
+        write_block(calibration_file(cfg.hardware, backend), "compute", block)
+        block["written_to"] = str(calibration_file(cfg.hardware, backend))
+    return block
 
 
 def run(cfg, outdir: Path) -> dict:
@@ -54,6 +87,8 @@ def run(cfg, outdir: Path) -> dict:
             if cfg.write_frontend:
                 write_block(calibration_file(cfg.hardware, b), "frontend", block)
                 doc["frontend_fit"][b]["written_to"] = str(calibration_file(cfg.hardware, b))
+    if cfg.fit_compute:
+        doc["compute_fit"] = {b: fit_compute(runs, b, cfg) for b in backends}
     table = replay(runs, cfg.hardware)
     held = {b: held_out_of(cfg.hardware, b) for b in backends}
     table["split"] = [("held_out" if m in held.get(b, []) else "train")
@@ -61,7 +96,9 @@ def run(cfg, outdir: Path) -> dict:
     done = table[table["reason"] == ""]
     report = [format_error_table(error_table(done), "every simulated run"),
               format_error_table(error_table(done[done["split"] == "held_out"]),
-                                 "runs of models held out of the frontend fit")]
+                                 "runs of models held out of the frontend fit"),
+              format_ratio_table(model_ratio_table(done), "predicted / measured request "
+                                 "throughput by model (every simulated run)")]
     print("\n\n".join(report))
     skipped = table[table["reason"] != ""]
     if len(skipped):
@@ -71,6 +108,7 @@ def run(cfg, outdir: Path) -> dict:
     doc |= {"runs": len(table), "simulated": len(done), "held_out_models": held,
             "errors": error_table(done).to_dict("records"),
             "held_out_errors": error_table(done[done["split"] == "held_out"]).to_dict("records"),
+            "throughput_ratio_by_model": model_ratio_table(done).to_dict("records"),
             "not_simulated": skipped[["id", "reason"]].to_dict("records"),
             "wall_s": round(time.perf_counter() - t0, 1)}
     outdir.mkdir(parents=True, exist_ok=True)

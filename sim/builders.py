@@ -98,6 +98,25 @@ def host_costs(c, calibrated: dict) -> HostCosts:
                                    for k, v in given.items()})
 
 
+def compute_scale(c, calibrated: dict) -> float:
+    """The speed of compute-bound kernels relative to the profiled tables:
+    ``cost_model.compute_scale``, else the calibrated file's ``compute:`` block's ``scale``
+    (1 where the file has none)."""
+    if c.compute_scale is not None:
+        return float(c.compute_scale)
+    return float((calibrated.get("compute") or {}).get("scale", 1.0))
+
+
+def scaled_compute(hw, scale: float):
+    """``hw`` with every FLOP roof (tensor-core BF16 and FP8, CUDA-core FP32) times ``scale``;
+    bandwidths and memory unchanged."""
+    if scale == 1.0:
+        return hw
+    return dataclasses.replace(hw, bf16_flops=hw.bf16_flops * scale,
+                               fp8_flops=None if hw.fp8_flops is None else hw.fp8_flops * scale,
+                               fp32_flops=hw.fp32_flops * scale)
+
+
 def build_cost_model(cfg) -> CostModel:
     """The configured cost model for one replica of ``cfg.model`` on ``cfg.hardware``."""
     c = cfg.cost_model
@@ -112,7 +131,8 @@ def build_cost_model(cfg) -> CostModel:
     launch_s = eager_launch_s(cfg.hardware.calibration, getattr(b, "eager_launch_us", None),
                               "backend.enforce_eager steps pay no kernel-launch time "
                               "(backend.eager_launch_us sets it)") if eager else 0.0
-    return RooflineCostModel(cfg.model, cfg.hardware, cl.tensor_parallel_size,
+    hw = scaled_compute(cfg.hardware, compute_scale(c, doc))
+    return RooflineCostModel(cfg.model, hw, cl.tensor_parallel_size,
                              kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,
                              host_costs(c, doc["host"]), pp=cl.pipeline_parallel_size,
                              ep=cl.expert_parallel_size, graphs=graphs,

@@ -24,6 +24,11 @@ class RooflineCostConfig:
     host_overhead_per_new_request_us: float | None = None
     # CPU time per token scheduled in the step; None: the calibrated value.
     host_overhead_per_token_us: float | None = None
+    # Speed of the deployment's compute-bound kernels relative to the profiled tables the
+    # efficiencies were fitted on (every FLOP roof times this; bandwidths unchanged): a
+    # serving GPU runs at the SM clock its power and thermal limits allow, the tables were
+    # measured at locked clocks. None: the calibrated file's ``compute:`` block (1 without).
+    compute_scale: float | None = None
     # Calibrated parameters sim/cost/calibrated/<calibration>/<backend>.yaml;
     # "auto" takes hardware.calibration; or the path of one calibrated .yaml file
     # (``python -m calibration from-bench`` writes one from your own benchmark results).
@@ -51,6 +56,9 @@ def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
             value = getattr(c, key)
             if value is not None and value < 0:
                 raise ConfigError(f"cost_model.{key}", value, "must be >= 0")
+        if c.compute_scale is not None and not 0.05 <= c.compute_scale <= 4.0:
+            raise ConfigError("cost_model.compute_scale", c.compute_scale,
+                              "must be in [0.05, 4] (1: the profiled tables' speed)")
         if c.calibration != "auto" and not str(c.calibration).endswith((".yaml", ".yml")):
             check_calibration_name("cost_model.calibration", c.calibration)
         elif c.calibration != "auto" and not Path(c.calibration).is_file():

@@ -124,27 +124,44 @@ def test_plans_keep_each_engines_default_prefix_caching():
         "model": "X", "no-enable-prefix-caching": "", "tensor-parallel-size": "2"}
 
 
+DEPLOYMENT = ["model=llama3_8b", "hardware=h100_sxm", "backend=vllm", "scheduler=vllm",
+              "cluster.tensor_parallel_size=1", "slo=none", "plots=false", "progress=false"]
+
+
+def simulated_result_files(tmp_path, runs, output_len: int, truth: list[str]) -> list:
+    """``vllm bench serve`` result files of runs ``(num_prompts, max_concurrency or None,
+    input_len)`` of Llama-3.1-8B on one H100, their metrics simulated under ``truth``."""
+    paths = []
+    with Replayer() as rp:
+        for i, (n, conc, isl) in enumerate(runs):
+            run = BenchRun(f"r{i}", "vllm", "llama3_8b", n, isl, output_len,
+                           max_concurrency=conc, overrides=DEPLOYMENT)
+            pred = rp.predict(run, plan_run(run), truth)
+            doc = {m: pred[f"pred_{m}"] for m in METRICS} | {
+                "num_prompts": n, "completed": n, "max_concurrency": conc,
+                "request_rate": "inf", "total_input_tokens": n * isl,
+                "total_output_tokens": n * output_len}
+            paths.append(tmp_path / f"run{i}.json")
+            paths[-1].write_text(json.dumps(doc))
+    return paths
+
+
+def predicted_with(calibration, n: int, isl: int, osl: int) -> dict:
+    """The predicted metrics of a burst of ``n`` requests under a calibration file."""
+    with Replayer() as rp:
+        run = BenchRun("r", "vllm", "llama3_8b", n, isl, osl,
+                       overrides=[*DEPLOYMENT, f"cost_model.calibration={calibration}"])
+        return rp.predict(run, plan_run(run))
+
+
 def test_from_bench_recovers_a_known_frontend(tmp_path, capsys):
     """Result files made by the simulator with known frontend costs: the fit finds costs
     that predict the held-out run's TTFT within a few percent, and the calibration file it
     writes selects them in a later run."""
     true = ["backend.frontend.per_request_ms=4", "backend.frontend.latency_ms=30",
             "backend.frontend.per_output_token_us=200", "backend.frontend.per_prompt_token_us=1"]
-    deployment = ["model=llama3_8b", "hardware=h100_sxm", "backend=vllm", "scheduler=vllm",
-                  "cluster.tensor_parallel_size=1", "slo=none", "plots=false",
-                  "progress=false"]
-    paths = []
-    with Replayer() as rp:
-        for i, (n, conc) in enumerate([(200, None), (60, 4), (120, None)]):
-            run = BenchRun(f"r{i}", "vllm", "llama3_8b", n, 300 + 100 * i, 20,
-                           max_concurrency=conc, overrides=deployment)
-            pred = rp.predict(run, plan_run(run), true)
-            doc = {m: pred[f"pred_{m}"] for m in METRICS} | {
-                "num_prompts": n, "completed": n, "max_concurrency": conc,
-                "request_rate": "inf", "total_input_tokens": n * (300 + 100 * i),
-                "total_output_tokens": n * 20}
-            paths.append(tmp_path / f"run{i}.json")
-            paths[-1].write_text(json.dumps(doc))
+    paths = simulated_result_files(tmp_path, [(200, None, 300), (60, 4, 400), (120, None, 500)],
+                                   20, true)
     out = tmp_path / "mine.yaml"
     assert from_bench([f"results=[{','.join(map(str, paths))}]", "model=llama3_8b",
                        "max_evals=12", "n_jobs=1", f"out={out}",
@@ -155,10 +172,7 @@ def test_from_bench_recovers_a_known_frontend(tmp_path, capsys):
     assert doc["frontend"]["fitted"] and doc["frontend"]["split"].startswith("every 3th")
     held = doc["frontend"]["errors"]["held_out"]
     assert held["mean_ttft_ms"]["median_abs_pct"] < 8.0
-    with Replayer() as rp:  # the file selects the fitted costs in a later run
-        run = BenchRun("r2", "vllm", "llama3_8b", 120, 500, 20,
-                       overrides=[*deployment, f"cost_model.calibration={out}"])
-        pred = rp.predict(run, plan_run(run))
+    pred = predicted_with(out, 120, 500, 20)  # the file selects the fitted costs later
     measured = json.loads(paths[2].read_text())["mean_ttft_ms"]
     assert pred["pred_mean_ttft_ms"] == pytest.approx(measured, rel=0.08)
 
@@ -169,3 +183,39 @@ def test_from_bench_refuses_bad_input_in_one_line(tmp_path, capsys):
     path = _result(tmp_path, "a.json")
     assert from_bench([f"results=[{path}]", "model=llama3_8b", "backend=tgi"]) == 2
     assert "backend" in capsys.readouterr().err
+
+
+def test_from_bench_recovers_a_known_compute_speed(tmp_path, capsys):
+    """Result files made by the simulator at 60% of the profiled compute speed (prompts long
+    enough for prefill to be compute bound): ``fit_compute=true`` finds the scale within a
+    few percent, writes it as the file's ``compute:`` block, and the file selects it."""
+    paths = simulated_result_files(
+        tmp_path, [(150, None, 3000), (40, 4, 3500), (100, None, 4000)], 10,
+        ["cost_model.compute_scale=0.6"])
+    out = tmp_path / "mine.yaml"
+    assert from_bench([f"results=[{','.join(map(str, paths))}]", "model=llama3_8b",
+                       "max_evals=8", "n_jobs=1", "fit_compute=true", f"out={out}",
+                       f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+    assert "held_out runs, after the compute fit" in capsys.readouterr().out
+    block = yaml.safe_load(out.read_text())["compute"]
+    assert block["fitted"] and block["scale"] == pytest.approx(0.6, abs=0.04)
+    pred = predicted_with(out, 100, 4000, 10)  # the file selects the fitted scale later
+    measured = json.loads(paths[2].read_text())["request_throughput"]
+    assert pred["pred_request_throughput"] == pytest.approx(measured, rel=0.06)
+
+
+def test_throughput_ratio_by_model_groups_by_client_and_drops_runs_without_a_prediction():
+    from calibration.bench_replay import format_ratio_table, model_ratio_table
+    table = pd.DataFrame({
+        "backend": ["vllm"] * 5, "model": ["a", "a", "a", "a", "b"], "tp": [1, 1, 1, 1, 8],
+        "max_concurrency": [0, 0, 4, 0, 0],
+        "meas_request_throughput": [10.0, 10.0, 5.0, 10.0, 2.0],
+        "pred_request_throughput": [20.0, 15.0, 5.5, 0.0, 2.2]})
+    got = model_ratio_table(table).set_index(["client", "model"])
+    assert got.loc[("burst", "a"), "n"] == 2  # the run predicted at 0 req/s is dropped
+    assert got.loc[("burst", "a"), "median"] == pytest.approx(1.75)
+    assert got.loc[("burst", "a"), ["min", "max"]].tolist() == [1.5, 2.0]
+    assert got.loc[("closed loop", "a"), "median"] == pytest.approx(1.1)
+    assert got.loc[("burst", "b"), "n"] == 1
+    text = format_ratio_table(model_ratio_table(table), "t")
+    assert "| vllm | burst | a | 1 | 2 | 1.75 | 1.50 | 2.00 |" in text

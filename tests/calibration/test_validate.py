@@ -169,6 +169,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "harness='lockstep'" in err[0] and "burst" in err[0]
     assert calibration_main(["validate", f"silicon_csv={tmp_path}", "nokey=1"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert calibration_main(["validate", f"silicon_csv={csv}", "fit_compute=true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fit_compute=True: needs gpustack_csv=PATH" in err[0]
 
 
 def test_two_real_rows(tmp_path):

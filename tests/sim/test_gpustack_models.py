@@ -1,4 +1,4 @@
-"""Qwen3-8B, Qwen3-14B, gpt-oss-20b and GLM-4.5-Air: their YAMLs compose, match the
+"""Qwen3-8B, Qwen3-14B, gpt-oss-20b, GLM-4.5-Air and GLM-4.6: their YAMLs compose, match the
 config.json each was copied from, and count the parameters of their model cards.
 
 The config.json dicts below are the files named in each YAML's header (the gpt-oss
@@ -83,12 +83,27 @@ GLM_45_AIR = {
     "vocab_size": 151552,
 }
 
+# github.com/ai-dynamo/aiconfigurator a0ba9ec,
+# src/aiconfigurator/model_configs/zai-org--GLM-4.7-FP8_config.json (glm46.yaml's source),
+# with attention_bias from THUDM slime's --add-qkv-bias for the same architecture
+GLM_46 = {
+    "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "num_hidden_layers": 92,
+    "hidden_size": 5120, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 12288, "vocab_size": 151552, "max_position_embeddings": 202752,
+    "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8,
+    "moe_intermediate_size": 1536, "first_k_dense_replace": 3, "routed_scaling_factor": 2.5,
+    "torch_dtype": "bfloat16", "use_cache": True, "tie_word_embeddings": False,
+    "attention_bias": True,
+}
+GLM = {"glm45_air": GLM_45_AIR, "glm46": GLM_46}
+
 # total parameters from the model cards (MTP layers excluded)
 PUBLISHED_TOTAL = {
     "qwen3_8b": 8.2e9,
     "qwen3_14b": 14.8e9,
     "gpt_oss_20b": 21e9,
     "glm45_air": 106e9,
+    "glm46": 355e9,
 }
 READABLE = {"qwen3_8b": QWEN3_8B, "qwen3_14b": QWEN3_14B, "gpt_oss_20b": GPT_OSS_20B}
 
@@ -129,10 +144,11 @@ def test_config_json_reads_to_exactly_the_yaml(name, tmp_path):
     assert read_hf_config(str(path))["num_hidden_layers"] == from_yaml.num_hidden_layers
 
 
-def test_glm45_air_fields_map_its_config_json():
+@pytest.mark.parametrize("name", sorted(GLM))
+def test_glm_fields_map_their_config_json(name):
     """No Glm4MoeForCausalLM reader exists: check the YAML against the file by hand,
     with DeepSeek-V3's mapping of the MoE names."""
-    c, m = GLM_45_AIR, _model("glm45_air")
+    c, m = GLM[name], _model(name)
     assert m.architecture == c["architectures"][0]
     for f in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
               "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
@@ -145,7 +161,7 @@ def test_glm45_air_fields_map_its_config_json():
     assert m.dtype == c["torch_dtype"] and not m.moe_dtype
     assert m.layer_types is None and m.kv_lora_rank == 0  # GQA in every layer
     with pytest.raises(ConfigError, match="supported architectures"):
-        model_fields(c, "glm45_air")
+        model_fields(c, name)
 
 
 def test_gpt_oss_20b_active_parameters_match_the_card():
@@ -159,3 +175,11 @@ def test_glm45_air_active_parameters_are_12b():
     m = _model("glm45_air")
     lm_head = m.vocab_size * m.hidden_size
     assert round((active_parameter_count(m) - lm_head) / 1e9) == 12
+
+
+def test_glm46_active_parameters_are_32b():
+    """GLM-4.5's card (the same architecture): 355B total, 32B active; without the LM head
+    (0.8B) the count is 32B too."""
+    m = _model("glm46")
+    lm_head = m.vocab_size * m.hidden_size
+    assert round((active_parameter_count(m) - lm_head) / 1e9) == 32

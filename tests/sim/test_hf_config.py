@@ -153,7 +153,7 @@ def _write(tmp_path: Path, config: dict, folder: str = "Some-Model") -> Path:
 
 
 # models whose config.json and round trip are checked in tests/sim/test_gpustack_models.py
-CHECKED_ELSEWHERE = {"qwen3_8b", "qwen3_14b", "gpt_oss_20b", "glm45_air"}
+CHECKED_ELSEWHERE = {"qwen3_8b", "qwen3_14b", "gpt_oss_20b", "glm45_air", "glm46"}
 
 
 def test_every_shipped_yaml_has_its_config_json_here():
