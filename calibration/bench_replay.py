@@ -247,6 +247,20 @@ def format_error_table(errors: pd.DataFrame, title: str) -> str:
     return "\n".join(lines)
 
 
+def format_split_tables(tables: dict[str, pd.DataFrame], title: str) -> str:
+    """Per split (train, then held_out) and named table (e.g. before / after a fit): the
+    ``error_table`` of its simulated runs under "<split> runs, <name> <title>"; a split
+    without a run prints nothing."""
+    out = []
+    for split in ("train", "held_out"):
+        for name, t in tables.items():
+            part = t[(t["split"] == split) & (t["reason"] == "")]
+            if len(part):
+                out.append(format_error_table(error_table(part),
+                                              f"{split} runs, {name} {title}"))
+    return "\n".join(out)
+
+
 def model_ratio_table(table: pd.DataFrame) -> pd.DataFrame:
     """Per backend, client (burst or closed loop), model and tensor-parallel size: n and
     the median, min and max of predicted ÷ measured request throughput. Where the error

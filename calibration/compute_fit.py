@@ -7,8 +7,8 @@ whatever its power and thermal limits allow under load (``nvidia-smi -q -d PERFO
 attention) and leaves memory-bound ones (decode) at the HBM's speed. One number carries that:
 every FLOP roof times ``scale``. It is fitted with ``scipy.optimize.minimize_scalar``
 (bounded) on the soft-L1 cost of ``log(pred / meas)`` of the training runs' TTFT, request
-throughput, TPOT and ITL (``calibration.frontend_fit.residuals``), the frontend costs as
-calibrated, on the runs of models not held out; held-out runs are only reported.
+throughput, TPOT and ITL (``calibration.frontend_fit.residuals``), with given frontend costs
+(the calibrated ones, or a fit's); held-out runs are only reported.
 """
 
 from __future__ import annotations
@@ -61,12 +61,13 @@ def fit_compute_scale(runs: list[BenchRun], backend: str, hardware: str,
             "train_runs": [r.id for r in train], "before": before, "after": after}
 
 
-def compute_block(fit: dict, data: str, split: str, held_out_models: list[str]) -> dict:
-    """The calibrated file's ``compute:`` block of a fit, with its errors per split."""
+def compute_block(fit: dict, data: str, split: str, held_out_models: list[str],
+                  frontend: str) -> dict:
+    """The calibrated file's ``compute:`` block of a fit, with its errors per split;
+    ``frontend`` says which frontend costs the fit ran with."""
     return {"scale": fit["scale"], "fitted": True, "fitted_on": date.today().isoformat(),
             "method": "scipy minimize_scalar (bounded) of the soft-L1 cost of log(pred/meas) "
                       "of mean and median TTFT, request throughput, mean TPOT and mean ITL, "
-                      "every run replayed in full, with the calibrated frontend costs "
-                      "(from-bench: the ones it has just fitted)",
+                      f"every run replayed in full, with {frontend}",
             "data": data, "split": split, "held_out_models": held_out_models,
             "errors": split_errors(fit["after"])}

@@ -27,7 +27,7 @@ from omegaconf import MISSING
 from analysis.files import write_text
 from analysis.inputs import output_file
 from calibration import compute_fit, frontend_fit
-from calibration.bench_replay import error_table, format_error_table, prefix_caching_override
+from calibration.bench_replay import format_split_tables, prefix_caching_override
 from calibration.bench_runs import read_result_file
 from calibration.config import command_main, compose_command
 from calibration.host_fit import write_block
@@ -102,11 +102,7 @@ def run(cfg, outdir: Path) -> dict:
     host_ms = float((doc.get("host") or {}).get("overhead_ms", 0.5))
     fit = frontend_fit.fit_frontend(runs, cfg.backend, cfg.hardware, max_evals=cfg.max_evals,
                                     n_jobs=cfg.n_jobs, held_out_runs=held, host_ms=host_ms)
-    for split in ("train", "held_out"):
-        for name, t in (("before", fit["before"]), ("after", fit["after"])):
-            part = t[t["split"] == split]
-            if len(part):
-                print(format_error_table(error_table(part), f"{split} runs, {name} the fit"))
+    print(format_split_tables({"before": fit["before"], "after": fit["after"]}, "the fit"))
     out = Path(cfg.out) if cfg.out else outdir / f"{cfg.backend}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, base.read_text())
@@ -130,19 +126,15 @@ def run(cfg, outdir: Path) -> dict:
 
 
 def _fit_compute(cfg, runs, held: set[str], fit: dict, out: Path, block: dict) -> float:
-    """Fit the compute scale with the fitted frontend and host, print the held-out error
-    before and after, write the ``compute:`` block into ``out``; the scale."""
+    """Fit the compute scale with the fitted frontend and host, print the train and
+    held-out errors before and after, write the ``compute:`` block into ``out``; the scale."""
     x = [*(fit["costs"][k] for k in FRONTEND_KEYS), fit["host_overhead_ms"]]
     cf = compute_fit.fit_compute_scale(runs, cfg.backend, cfg.hardware, held, cfg.max_evals,
                                        cfg.n_jobs, frontend=x)
-    for split in ("train", "held_out"):
-        for name, t in (("before", cf["before"]), ("after", cf["after"])):
-            part = t[t["split"] == split]
-            if len(part):
-                print(format_error_table(error_table(part),
-                                         f"{split} runs, {name} the compute fit"))
-    write_block(out, "compute", compute_fit.compute_block(cf, block["data"], block["split"],
-                                                          []))
+    print(format_split_tables({"before": cf["before"], "after": cf["after"]},
+                              "the compute fit"))
+    write_block(out, "compute", compute_fit.compute_block(
+        cf, block["data"], block["split"], [], "the frontend and host costs just fitted"))
     return cf["scale"]
 
 

@@ -27,6 +27,7 @@ from calibration.bench_replay import (
     error_table,
     format_error_table,
     format_ratio_table,
+    format_split_tables,
     model_ratio_table,
     plan_run,
     replay,
@@ -34,6 +35,7 @@ from calibration.bench_replay import (
 from calibration.bench_runs import read_gpustack
 from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
+from sim.frontend import FRONTEND_KEYS
 
 
 def held_out_of(hardware: str, backend: str) -> list[str]:
@@ -43,22 +45,27 @@ def held_out_of(hardware: str, backend: str) -> list[str]:
     return list((doc.get("frontend") or {}).get("held_out_models") or [])
 
 
-def fit_compute(runs, backend: str, cfg) -> dict:
-    """Fit ``backend``'s compute scale on the runs of the models its frontend fit trained on,
-    print its before/after tables and (``write_compute``) write its ``compute:`` block."""
+def fit_compute(runs, backend: str, cfg, frontend: dict | None = None) -> dict:
+    """Fit ``backend``'s compute scale on the runs of the models its frontend fit trained on
+    (``frontend``: the fit ``fit_frontend=true`` just made; else the calibrated file's
+    costs and split), print its before/after tables and (``write_compute``) write its
+    ``compute:`` block."""
     print(f"fitting the {backend} compute scale ...", flush=True)
-    models = held_out_of(cfg.hardware, backend)
+    if frontend is None:
+        models, x, used = held_out_of(cfg.hardware, backend), None, "the calibrated frontend"
+    else:
+        models = frontend["held_out_models"]
+        x = [frontend["costs"][k] for k in FRONTEND_KEYS]
+        used = "the frontend costs just fitted"
     held = {r.id for r in runs if r.backend == backend
             and plan_run(r, cfg.hardware)["model"] in models}
     fit = compute_fit.fit_compute_scale(runs, backend, cfg.hardware, held, cfg.max_evals,
-                                        cfg.n_jobs)
+                                        cfg.n_jobs, frontend=x)
     block = compute_fit.compute_block(fit, Path(cfg.gpustack_csv).name,
-                                      "the frontend fit's split (whole models)", models)
-    for split in ("train", "held_out"):
-        for name, t in (("before (scale 1)", fit["before"]),
-                        (f"after (scale {fit['scale']})", fit["after"])):
-            part = t[(t["split"] == split) & (t["reason"] == "")]
-            print(format_error_table(error_table(part), f"{backend} {split} runs, {name}"))
+                                      "the frontend fit's split (whole models)", models, used)
+    print(format_split_tables({"before (scale 1)": fit["before"],
+                               f"after (scale {fit['scale']})": fit["after"]},
+                              f"the {backend} compute fit"))
     if cfg.write_compute:
         write_block(calibration_file(cfg.hardware, backend), "compute", block)
         block["written_to"] = str(calibration_file(cfg.hardware, backend))
@@ -73,12 +80,14 @@ def run(cfg, outdir: Path) -> dict:
         runs = [r for r in runs if r.backend == cfg.backend]
     doc: dict[str, Any] = {"gpustack_csv": str(cfg.gpustack_csv), "hardware": cfg.hardware}
     backends = sorted({r.backend for r in runs})
+    fronts: dict[str, dict] = {}
     if cfg.fit_frontend:
         doc["frontend_fit"] = {}
         for b in backends:
             print(f"fitting the {b} frontend ...", flush=True)
-            fit = frontend_fit.fit_frontend(runs, b, cfg.hardware, cfg.held_out_fraction,
-                                            cfg.seed, cfg.max_evals, cfg.n_jobs)
+            fit = fronts[b] = frontend_fit.fit_frontend(
+                runs, b, cfg.hardware, cfg.held_out_fraction, cfg.seed, cfg.max_evals,
+                cfg.n_jobs)
             block = frontend_fit.frontend_block(fit, Path(cfg.gpustack_csv).name,
                                                 cfg.held_out_fraction, cfg.seed)
             doc["frontend_fit"][b] = {k: v for k, v in block.items()}
@@ -88,7 +97,7 @@ def run(cfg, outdir: Path) -> dict:
                 write_block(calibration_file(cfg.hardware, b), "frontend", block)
                 doc["frontend_fit"][b]["written_to"] = str(calibration_file(cfg.hardware, b))
     if cfg.fit_compute:
-        doc["compute_fit"] = {b: fit_compute(runs, b, cfg) for b in backends}
+        doc["compute_fit"] = {b: fit_compute(runs, b, cfg, fronts.get(b)) for b in backends}
     table = replay(runs, cfg.hardware)
     held = {b: held_out_of(cfg.hardware, b) for b in backends}
     table["split"] = [("held_out" if m in held.get(b, []) else "train")

@@ -125,8 +125,8 @@ def operator_table(cfg, new: np.ndarray, ctx: np.ndarray) -> tuple[pd.DataFrame,
     """
     model = build_cost_model(cfg)
     ops = model.breakdown(new, ctx)
-    roofs = peaks(cfg.hardware)
-    bw = float(cfg.hardware.hbm_bandwidth)
+    roofs = peaks(model.hw)  # the cost model's roofs (cost_model.compute_scale applied)
+    bw = float(model.hw.hbm_bandwidth)
     # operators without FLOPs (copies, collectives, host) have no compute roof to meet
     reported = [getattr(op, "dtype", None) for op in ops if op.flops > 0]
     dtypes = [_dtype_label(getattr(op, "dtype", None) or cfg.model.dtype) if op.flops > 0

@@ -20,6 +20,7 @@ from sim.config import (
     check_scheduler,
 )
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
+from sim.cost.compute_speed import compute_scale, scaled_compute
 from sim.cost.cuda_graphs import capture_sizes
 from sim.cost.eager import eager_launch_s
 from sim.cost.host import KEYS as HOST_KEYS
@@ -96,25 +97,6 @@ def host_costs(c, calibrated: dict) -> HostCosts:
                                  c.host_overhead_per_token_us), strict=True))
     return HostCosts.from_units(**{k: float(calibrated.get(k, 0.0) if v is None else v)
                                    for k, v in given.items()})
-
-
-def compute_scale(c, calibrated: dict) -> float:
-    """The speed of compute-bound kernels relative to the profiled tables:
-    ``cost_model.compute_scale``, else the calibrated file's ``compute:`` block's ``scale``
-    (1 where the file has none)."""
-    if c.compute_scale is not None:
-        return float(c.compute_scale)
-    return float((calibrated.get("compute") or {}).get("scale", 1.0))
-
-
-def scaled_compute(hw, scale: float):
-    """``hw`` with every FLOP roof (tensor-core BF16 and FP8, CUDA-core FP32) times ``scale``;
-    bandwidths and memory unchanged."""
-    if scale == 1.0:
-        return hw
-    return dataclasses.replace(hw, bf16_flops=hw.bf16_flops * scale,
-                               fp8_flops=None if hw.fp8_flops is None else hw.fp8_flops * scale,
-                               fp32_flops=hw.fp32_flops * scale)
 
 
 def build_cost_model(cfg) -> CostModel:

@@ -47,6 +47,21 @@ class ConstantCostConfig:
     step_time_ms: float = 10.0
 
 
+SCALE_RANGE = (0.05, 4.0)  # of cost_model.compute_scale; 1: the profiled tables' speed
+
+
+def check_scale(field: str, value) -> float:
+    """``value`` as a scale in ``SCALE_RANGE``, or one ``ConfigError`` naming ``field``."""
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        scale = float("nan")
+    if not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
+        raise ConfigError(field, value, f"must be in [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}] "
+                          "(1: the profiled tables' speed)")
+    return scale
+
+
 def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
     """Cost-model parameters in range."""
     if c.name == "constant":
@@ -56,9 +71,8 @@ def check_cost_model(c: RooflineCostConfig | ConstantCostConfig) -> None:
             value = getattr(c, key)
             if value is not None and value < 0:
                 raise ConfigError(f"cost_model.{key}", value, "must be >= 0")
-        if c.compute_scale is not None and not 0.05 <= c.compute_scale <= 4.0:
-            raise ConfigError("cost_model.compute_scale", c.compute_scale,
-                              "must be in [0.05, 4] (1: the profiled tables' speed)")
+        if c.compute_scale is not None:
+            check_scale("cost_model.compute_scale", c.compute_scale)
         if c.calibration != "auto" and not str(c.calibration).endswith((".yaml", ".yml")):
             check_calibration_name("cost_model.calibration", c.calibration)
         elif c.calibration != "auto" and not Path(c.calibration).is_file():

@@ -64,14 +64,15 @@ class DiffusionCostModel:
     def from_config(cls, cfg) -> DiffusionCostModel:
         """For ``cfg.hardware`` with the calibration of ``cfg.backend`` (as the LLM roofline
         picks it), knowing the run's own ``cfg.model`` when it is a diffusion pipeline."""
+        from sim.cost.compute_speed import compute_scale, scaled_compute
         from sim.cost.roofline import load_calibration
 
         c = getattr(cfg, "cost_model", None)
         name = getattr(c, "calibration", "auto") or "auto"
         if name == "auto":
-            eff, _ = load_calibration(cfg.hardware.calibration, cfg.backend.name)
+            eff, doc = load_calibration(cfg.hardware.calibration, cfg.backend.name)
         else:
-            eff, _ = load_calibration(name, cfg.backend.name, "cost_model.calibration")
+            eff, doc = load_calibration(name, cfg.backend.name, "cost_model.calibration")
         m = cfg.model
         own = {}
         if getattr(m, "diffusion", None) is not None:
@@ -79,7 +80,7 @@ class DiffusionCostModel:
             # as load_pipeline checks the pipelines it reads
             check_diffusion_pipeline(m.diffusion)
             own = {m.name: m.diffusion}
-        return cls(Pricer(cfg.hardware, eff), own)
+        return cls(Pricer(scaled_compute(cfg.hardware, compute_scale(c, doc)), eff), own)
 
     def pipeline(self, name: str) -> DiffusionPipelineConfig:
         """The pipeline called ``name``."""

@@ -187,3 +187,41 @@ def test_two_real_rows(tmp_path):
     table = pd.read_parquet(tmp_path / "o" / "rows.parquet")
     assert len(table) == 2 and table["pred_ttft_ms"].notna().all()
     assert np.isfinite(table[["ttft_err_pct", "tpot_err_pct"]].to_numpy()).all()
+
+
+def test_gpustack_compute_fit_trains_on_the_frontend_fits_models_only(tmp_path, capsys):
+    """``fit_compute=true``: the compute scale is fitted on the runs of the models the
+    calibrated frontend block trained on (vLLM: Qwen3-32B is held out), reported on both
+    splits, not written into the shipped file by default; the throughput ratio per model is
+    in validate.json."""
+    from calibration.silicon_rows import calibration_file
+
+    def rows(model: str, isl: int):
+        note = (f"vllm bench serve client; 20 requests; total in/out tokens {20 * isl}/200; "
+                f"serve cmd: vllm serve {model}")
+        return [{"source": "doc.md", "engine": "vLLM [vLLM: v0.11.0]", "model": model,
+                 "dataset_or_lengths": f"random (input {isl}, output 10)",
+                 "input_len": str(isl), "output_len": "10",
+                 "request_rate_or_concurrency": "request_rate=inf", "metric": m, "value": v,
+                 "notes": note}
+                for m, v in (("request_throughput", 4.0), ("mean_ttft", 3000.0),
+                             ("median_ttft", 3000.0), ("mean_tpot", 40.0))]
+
+    csv = tmp_path / "runs.csv"
+    pd.DataFrame(rows("Qwen/Qwen3-8B", 2000) + rows("Qwen/Qwen3-32B", 2000)).to_csv(csv,
+                                                                                index=False)
+    shipped = calibration_file("h100_sxm", "vllm").read_text()
+    out = tmp_path / "out"
+    assert calibration_main(["validate", f"gpustack_csv={csv}", "fit_compute=true",
+                             "max_evals=3", "n_jobs=1", f"hydra.run.dir={out}"]) == 0
+    text = capsys.readouterr().out
+    assert "train runs, before (scale 1) the vllm compute fit" in text
+    assert "held_out runs, after (scale" in text
+    assert calibration_file("h100_sxm", "vllm").read_text() == shipped
+    doc = json.loads((out / "validate.json").read_text())
+    block = doc["compute_fit"]["vllm"]
+    assert 0.3 <= block["scale"] <= 1.5 and block["held_out_models"] == ["qwen3_235b_a22b",
+                                                                          "qwen3_32b"]
+    assert block["errors"]["train"]["request_throughput"]["n"] == 1
+    assert block["errors"]["held_out"]["request_throughput"]["n"] == 1
+    assert {r["model"] for r in doc["throughput_ratio_by_model"]} == {"qwen3_8b", "qwen3_32b"}

@@ -239,7 +239,11 @@ def test_entry_point_bad_batch_is_one_line_without_traceback(tmp_path):
 
 
 class _FakeCostModel:
-    """Two GEMMs, one with a reported dtype and one without, and a copy without FLOPs."""
+    """Two GEMMs, one with a reported dtype and one without, and a copy without FLOPs, on
+    the GPU ``hw``."""
+
+    def __init__(self, hw) -> None:
+        self.hw = hw
 
     def breakdown(self, new, ctx):
         return [SimpleNamespace(name="fp8_gemm", count=1, flops=4e12, bytes=1e9, time_s=3e-3,
@@ -256,7 +260,8 @@ class _FakeCostModel:
 def test_balance_follows_each_operators_dtype(compose_cfg, monkeypatch):
     """An operator meets the compute roof of the dtype the cost model reports for it; without
     one, the model's layer dtype; without FLOPs, no balance point at all."""
-    monkeypatch.setattr(explain_module, "build_cost_model", lambda cfg: _FakeCostModel())
+    monkeypatch.setattr(explain_module, "build_cost_model",
+                        lambda cfg: _FakeCostModel(cfg.hardware))
     cfg = plain(compose_cfg("model.dtype=fp8"))
     table, totals = operator_table(cfg, *batch_arrays(parse_batch("decode:2x10")))
     rows = table.set_index("operator")

@@ -56,10 +56,41 @@ def test_the_calibrated_files_compute_block_sets_the_scale_unless_the_key_does(
     assert key["qkv_proj"].time_s == pytest.approx(base, rel=1e-9)
 
 
-def test_a_scale_out_of_range_is_one_config_error(compose_cfg, requests_for):
-    cfg = compose_cfg("cost_model.compute_scale=0")
-    with pytest.raises(ConfigError, match=r"cost_model.compute_scale=0.0: must be in"):
+@pytest.mark.parametrize("value", ["0", "5"])
+def test_a_scale_out_of_range_is_one_config_error(compose_cfg, requests_for, value):
+    cfg = compose_cfg(f"cost_model.compute_scale={value}")
+    with pytest.raises(ConfigError, match=rf"cost_model.compute_scale={value}.0: must be in"):
         simulate(cfg, requests_for(cfg))
+
+
+@pytest.mark.parametrize("value", [0, "abc"])
+def test_a_bad_scale_in_a_calibrated_file_is_one_config_error(compose_cfg, tmp_path, value):
+    path = tmp_path / "mine.yaml"
+    path.write_text(calibration_file("h100_sxm", "vllm").read_text())
+    write_block(path, "compute", {"scale": value})
+    with pytest.raises(ConfigError, match=r"compute.scale.*must be in"):
+        build_cost_model(plain(compose_cfg(f"cost_model.calibration={path}")))
+
+
+def test_diffusion_jobs_and_the_explained_roofs_take_the_scale(compose_cfg):
+    """A FLUX.1 job is mostly compute bound (its DiT steps; the VAE and the launches less):
+    at half the speed it takes well over 1.3x as long, at most 2x; the roofline table of
+    ``sim.explain`` draws the scaled roof."""
+    from cli.explain import operator_table
+    from sim.diffusion.cost import DiffusionCostModel
+    from sim.diffusion.job import JobShape, ParallelPlan
+
+    times = []
+    for s in (1.0, 0.5):
+        cfg = plain(compose_cfg("model=flux1_dev", f"cost_model.compute_scale={s}"))
+        times.append(DiffusionCostModel.from_config(cfg).timing(
+            JobShape("flux1_dev", 1024, 1024), ParallelPlan()).total_s)
+    assert 1.3 < times[1] / times[0] <= 2.0
+    half = operator_table(plain(compose_cfg("cost_model.compute_scale=0.5")),
+                          np.array([8192]), np.array([0]))[1]
+    full = operator_table(plain(compose_cfg()), np.array([8192]), np.array([0]))[1]
+    assert half["peaks"]["bf16"] == pytest.approx(0.5 * full["peaks"]["bf16"])
+    assert half["bandwidth"] == full["bandwidth"]
 
 
 def test_the_scale_is_the_same_in_both_engines(compose_cfg, requests_for):
