@@ -8,7 +8,6 @@ and launch latencies stay. Fitted per deployment by ``calibration.compute_fit``.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 from sim.config.cost import check_scale
@@ -27,15 +26,11 @@ def compute_scale(cost_model, calibrated: dict) -> float:
 
 
 def scaled_compute(hw, scale: float):
-    """``hw`` with every FLOP roof (tensor-core BF16 and FP8, CUDA-core FP32) times
-    ``scale``; bandwidths and memory unchanged."""
+    """``hw`` (a plain ``HardwareConfig``, as ``sim.builders.plain`` makes it) with every
+    FLOP roof (tensor-core BF16 and FP8, CUDA-core FP32) times ``scale``; bandwidths and
+    memory unchanged."""
     if scale == 1.0:
         return hw
-    roofs = {"bf16_flops": hw.bf16_flops * scale, "fp32_flops": hw.fp32_flops * scale,
-             "fp8_flops": None if hw.fp8_flops is None else hw.fp8_flops * scale}
-    if dataclasses.is_dataclass(hw):
-        return dataclasses.replace(hw, **roofs)
-    out = copy.deepcopy(hw)  # a composed (OmegaConf) group
-    for key, value in roofs.items():
-        setattr(out, key, value)
-    return out
+    return dataclasses.replace(hw, bf16_flops=hw.bf16_flops * scale,
+                               fp8_flops=None if hw.fp8_flops is None else hw.fp8_flops * scale,
+                               fp32_flops=hw.fp32_flops * scale)
