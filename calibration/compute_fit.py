@@ -8,7 +8,9 @@ attention) and leaves memory-bound ones (decode) at the HBM's speed. One number 
 every FLOP roof times ``scale``. It is fitted with ``scipy.optimize.minimize_scalar``
 (bounded) on the soft-L1 cost of ``log(pred / meas)`` of the training runs' TTFT, request
 throughput, TPOT and ITL (``calibration.frontend_fit.residuals``), with given frontend costs
-(the calibrated ones, or a fit's); held-out runs are only reported.
+(the calibrated ones, or a fit's); held-out runs are only reported. Fitted together with
+the frontend costs it is one parameter of ``calibration.frontend_fit.fit_frontend``
+(``compute_scale=``); ``compute_block`` writes either fit's scale.
 """
 
 from __future__ import annotations
@@ -20,9 +22,20 @@ from scipy.optimize import minimize_scalar
 
 from calibration.bench_replay import plan_run
 from calibration.bench_runs import BenchRun
-from calibration.frontend_fit import residuals, simulate_runs, soft_l1, split_errors
+from calibration.frontend_fit import (
+    SCALE_BOUNDS,
+    residuals,
+    simulate_runs,
+    soft_l1,
+    split_errors,
+)
 
-BOUNDS = (0.3, 1.5)  # a GPU at 30% .. 150% of the profiled tables' compute speed
+SCALAR_METHOD = ("scipy minimize_scalar (bounded) of the soft-L1 cost of log(pred/meas) of "
+                 "mean and median TTFT, request throughput, mean TPOT and mean ITL, every run "
+                 "replayed in full")
+JOINT_METHOD = ("scipy least_squares (soft-L1) on log(pred/meas) of mean and median TTFT, "
+                "request throughput, mean TPOT and mean ITL, every run replayed in full, "
+                "jointly with the frontend costs (calibration.frontend_fit)")
 
 
 def scale_override(scale: float) -> tuple[str, ...]:
@@ -32,9 +45,10 @@ def scale_override(scale: float) -> tuple[str, ...]:
 
 def fit_compute_scale(runs: list[BenchRun], backend: str, hardware: str,
                       held_out: set[str], max_evals: int = 12, n_jobs: int = 2,
-                      log=print, frontend=None) -> dict:
+                      log=print, frontend: dict | None = None) -> dict:
     """Fit ``backend``'s compute scale on its simulatable runs whose id is not in ``held_out``;
-    ``frontend``: frontend costs to fit with (None: the calibrated ones). The scale, the
+    ``frontend``: frontend costs (and host overhead) to fit with, by the names of
+    ``frontend_fit.OVERRIDES`` (None: the calibrated ones). The scale, the
     trials, and the per-run tables before (scale 1) and after, with their split."""
     mine = [r for r in runs if r.backend == backend and not plan_run(r, hardware)["reason"]]
     train = [r for r in mine if r.id not in held_out]
@@ -50,7 +64,7 @@ def fit_compute_scale(runs: list[BenchRun], backend: str, hardware: str,
             f"median |log error| {float(np.median(np.abs(res))):.3f}")
         return trials[-1][1]
 
-    minimize_scalar(cost, bounds=BOUNDS, method="bounded",
+    minimize_scalar(cost, bounds=SCALE_BOUNDS, method="bounded",
                     options={"maxiter": max_evals, "xatol": 0.01})
     scale = round(min(trials, key=lambda t: t[1])[0], 3)  # the best trial simulated
     before = simulate_runs(mine, backend, frontend, hardware, n_jobs, scale_override(1.0))
@@ -61,13 +75,10 @@ def fit_compute_scale(runs: list[BenchRun], backend: str, hardware: str,
             "train_runs": [r.id for r in train], "before": before, "after": after}
 
 
-def compute_block(fit: dict, data: str, split: str, held_out_models: list[str],
-                  frontend: str) -> dict:
-    """The calibrated file's ``compute:`` block of a fit, with its errors per split;
-    ``frontend`` says which frontend costs the fit ran with."""
-    return {"scale": fit["scale"], "fitted": True, "fitted_on": date.today().isoformat(),
-            "method": "scipy minimize_scalar (bounded) of the soft-L1 cost of log(pred/meas) "
-                      "of mean and median TTFT, request throughput, mean TPOT and mean ITL, "
-                      f"every run replayed in full, with {frontend}",
-            "data": data, "split": split, "held_out_models": held_out_models,
-            "errors": split_errors(fit["after"])}
+def compute_block(scale: float, after, data: str, split: str, held_out_models: list[str],
+                  method: str) -> dict:
+    """The calibrated file's ``compute:`` block of a fitted ``scale``, with the errors per
+    split of its table ``after``; ``method`` says how it was fitted."""
+    return {"scale": scale, "fitted": True, "fitted_on": date.today().isoformat(),
+            "method": method, "data": data, "split": split,
+            "held_out_models": held_out_models, "errors": split_errors(after)}

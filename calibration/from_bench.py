@@ -6,8 +6,9 @@ Reads the result files that ``vllm bench serve --save-result`` (or SGLang's
 replays each run as its client ran it (``calibration.bench_replay``), fits the backend's
 frontend costs and its per-step host overhead with scipy on the runs not held out
 (``calibration.frontend_fit``; every ``held_out_every``-th run is held out), with
-``fit_compute=true`` then the deployment's compute speed (``calibration.compute_fit``: one
-scale of every FLOP roof, with the fitted frontend), and writes a copy of the backend's
+``fit_compute=true`` jointly with the deployment's compute speed (``cost_model.compute_scale``:
+one scale of every FLOP roof; fitted together so that the frontend costs do not absorb a slow
+GPU, nor the scale a slow frontend), and writes a copy of the backend's
 calibrated file with the fitted ``frontend:`` and ``host:`` (and ``compute:``) blocks. Select it
 in any later run with ``cost_model.calibration=PATH``. Prints the error before and after,
 on the training runs and on the held-out ones.
@@ -34,7 +35,6 @@ from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
 from sim.config.backend import BACKENDS
 from sim.errors import ConfigError
-from sim.frontend import FRONTEND_KEYS
 
 
 @dataclass
@@ -49,7 +49,7 @@ class FromBenchConfig:
     tensor_parallel_size: int = 1
     overrides: list[str] = field(default_factory=list)
     held_out_every: int = 3
-    # then fit the deployment's compute speed too (cost_model.compute_scale; compute_fit)
+    # fit the deployment's compute speed too, jointly (cost_model.compute_scale)
     fit_compute: bool = False
     max_evals: int = 30
     n_jobs: int = 2
@@ -101,7 +101,8 @@ def run(cfg, outdir: Path) -> dict:
     doc = yaml.safe_load(base.read_text())
     host_ms = float((doc.get("host") or {}).get("overhead_ms", 0.5))
     fit = frontend_fit.fit_frontend(runs, cfg.backend, cfg.hardware, max_evals=cfg.max_evals,
-                                    n_jobs=cfg.n_jobs, held_out_runs=held, host_ms=host_ms)
+                                    n_jobs=cfg.n_jobs, held_out_runs=held, host_ms=host_ms,
+                                    compute_scale=1.0 if cfg.fit_compute else None)
     print(format_split_tables({"before": fit["before"], "after": fit["after"]}, "the fit"))
     out = Path(cfg.out) if cfg.out else outdir / f"{cfg.backend}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -116,26 +117,17 @@ def run(cfg, outdir: Path) -> dict:
                 method="python -m calibration from-bench (with the frontend costs)",
                 data=block["data"])
     write_block(out, "host", host)
-    scale = _fit_compute(cfg, runs, held, fit, out, block) if cfg.fit_compute else None
+    scale = fit["compute_scale"]
+    if scale is not None:
+        write_block(out, "compute", compute_fit.compute_block(
+            scale, fit["after"], block["data"], block["split"], [],
+            compute_fit.JOINT_METHOD))
     print(f"\nfitted {fit['costs']} and host overhead {fit['host_overhead_ms']} ms"
           f"{'' if scale is None else f' and compute scale {scale}'} on "
           f"{len(fit['train_runs'])} runs; written to {out}\n"
           f"use it with: python -m sim ... cost_model.calibration={out}")
     return {"costs": fit["costs"], "host_overhead_ms": fit["host_overhead_ms"],
             "compute_scale": scale, "written_to": str(out)}
-
-
-def _fit_compute(cfg, runs, held: set[str], fit: dict, out: Path, block: dict) -> float:
-    """Fit the compute scale with the fitted frontend and host, print the train and
-    held-out errors before and after, write the ``compute:`` block into ``out``; the scale."""
-    x = [*(fit["costs"][k] for k in FRONTEND_KEYS), fit["host_overhead_ms"]]
-    cf = compute_fit.fit_compute_scale(runs, cfg.backend, cfg.hardware, held, cfg.max_evals,
-                                       cfg.n_jobs, frontend=x)
-    print(format_split_tables({"before": cf["before"], "after": cf["after"]},
-                              "the compute fit"))
-    write_block(out, "compute", compute_fit.compute_block(
-        cf, block["data"], block["split"], [], "the frontend and host costs just fitted"))
-    return cf["scale"]
 
 
 def compose_config(overrides: list[str]):

@@ -1,7 +1,10 @@
 """Fit a backend's frontend costs (``sim.frontend``) on measured benchmark runs.
 
 The four costs — per request and per prompt token (admission), per streamed token, and the
-request path's fixed latency — are fitted with ``scipy.optimize.least_squares`` (soft-L1,
+request path's fixed latency — and optionally the per-step host overhead and the
+deployment's compute speed (``cost_model.compute_scale``, fitted jointly with the costs so
+that neither absorbs what the other explains) are fitted with
+``scipy.optimize.least_squares`` (soft-L1,
 stopped after ``max_evals`` simulated trials, Jacobian columns included; the best trial
 wins) on ``log(pred / meas)`` of each training run's mean and median TTFT, request
 throughput, mean TPOT and mean ITL (the gaps streaming leaves between tokens), every run
@@ -28,6 +31,11 @@ FIT_METRICS = ("mean_ttft_ms", "median_ttft_ms", "request_throughput", "mean_tpo
                "mean_itl_ms")
 START = {"per_request_ms": 2.0, "per_prompt_token_us": 1.0, "per_output_token_us": 50.0,
          "latency_ms": 20.0}
+SCALE_BOUNDS = (0.3, 1.5)  # a GPU at 30% .. 150% of the profiled tables' compute speed
+# each fitted parameter → the simulator key it sets
+OVERRIDES = {**{k: f"backend.frontend.{k}" for k in FRONTEND_KEYS},
+             "host_overhead_ms": "cost_model.host_overhead_ms",
+             "compute_scale": "cost_model.compute_scale"}
 MISS = 3.0  # the residual of a run the trial could not simulate (a factor of e^3)
 F_SCALE = 0.2  # soft-L1 scale: a log error past 0.2 (22%) counts less than squared
 
@@ -53,19 +61,16 @@ def held_out_models(models: list[str], fraction: float, seed: int) -> list[str]:
     return sorted(rng.choice(models, size=k, replace=False).tolist())
 
 
-def frontend_overrides(x) -> list[str]:
-    """The overrides of a parameter vector: ``backend.frontend.*`` in ``FRONTEND_KEYS``
-    order, then (a fifth entry) ``cost_model.host_overhead_ms``."""
-    out = [f"backend.frontend.{k}={float(v):.6g}" for k, v in zip(FRONTEND_KEYS, x[:4],
-                                                                    strict=True)]
-    return out + [f"cost_model.host_overhead_ms={float(v):.6g}" for v in x[4:]]
+def param_overrides(params: dict[str, float]) -> list[str]:
+    """The simulator overrides that set fitted parameters (names of ``OVERRIDES``)."""
+    return [f"{OVERRIDES[k]}={float(v):.6g}" for k, v in params.items()]
 
 
-def simulate_runs(runs: list[BenchRun], backend: str, x, hardware: str,
-                  n_jobs: int, more: tuple[str, ...] = ()) -> pd.DataFrame:
-    """``replay`` of ``runs`` with frontend costs ``x`` (None: the calibrated ones) and the
-    overrides ``more``, in ``n_jobs`` processes."""
-    extra = {backend: [*([] if x is None else frontend_overrides(x)), *more]}
+def simulate_runs(runs: list[BenchRun], backend: str, params: dict[str, float] | None,
+                  hardware: str, n_jobs: int, more: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``replay`` of ``runs`` with the parameters ``params`` (None: the calibrated ones) and
+    the overrides ``more``, in ``n_jobs`` processes."""
+    extra = {backend: [*param_overrides(params or {}), *more]}
     if n_jobs == 1 or len(runs) < 2:
         return replay(runs, hardware, extra)
     parts = Parallel(n_jobs=n_jobs)(delayed(replay)([r], hardware, extra) for r in runs)
@@ -87,11 +92,13 @@ def residuals(table: pd.DataFrame) -> np.ndarray:
 def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
                  held_out_fraction: float = 0.3, seed: int = 0, max_evals: int = 40,
                  n_jobs: int = 2, log=print, held_out_runs: set[str] | None = None,
-                 host_ms: float | None = None) -> dict:
+                 host_ms: float | None = None, compute_scale: float | None = None) -> dict:
     """Fit ``backend``'s frontend on its simulatable runs of the models not held out (or,
     with ``held_out_runs``, on the runs not named there); the fitted costs, the split, and
-    the per-run tables before (every cost 0, the calibrated host) and after. ``host_ms``:
-    also fit the per-step host overhead (``cost_model.host_overhead_ms``), from that value."""
+    the per-run tables before (every cost 0, the calibrated host and compute speed) and
+    after. ``host_ms``: also fit the per-step host overhead (``cost_model.host_overhead_ms``),
+    from that value; ``compute_scale``: also fit the compute speed, from that value, within
+    ``SCALE_BOUNDS``."""
     plans = {r.id: plan_run(r, hardware) for r in runs if r.backend == backend}
     mine = [r for r in runs if r.id in plans and not plans[r.id]["reason"]]
     models = {r.id: plans[r.id]["model"] for r in mine}
@@ -104,13 +111,22 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
     train = [r for r in mine if not is_held[r.id]]
     if not train:
         raise ValueError(f"no simulatable {backend} run to fit on")
-    keys = [*FRONTEND_KEYS, *(["host_overhead_ms"] if host_ms is not None else [])]
+    start = {k: START[k] for k in FRONTEND_KEYS}
+    if host_ms is not None:
+        start["host_overhead_ms"] = host_ms or 0.5
+    if compute_scale is not None:
+        start["compute_scale"] = float(np.clip(compute_scale, *SCALE_BOUNDS))
+    keys, x0 = list(start), np.array(list(start.values()))
+    scale = [k == "compute_scale" for k in keys]
+    lower = np.where(scale, SCALE_BOUNDS[0], 0.0)
+    upper = np.where(scale, SCALE_BOUNDS[1], np.inf)
     evals, best = [], {}
 
     def fun(x):
         if len(evals) >= max_evals:  # the budget of simulations (Jacobian columns included)
             raise _OutOfTrials
-        res = residuals(simulate_runs(train, backend, x, hardware, n_jobs))
+        res = residuals(simulate_runs(train, backend, dict(zip(keys, x, strict=True)),
+                                      hardware, n_jobs))
         cost = float(np.sum(soft_l1(res)))
         evals.append(float(np.median(np.abs(res))))
         if not best or cost < best["cost"]:
@@ -120,24 +136,22 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
             f"median |log error| {evals[-1]:.3f}")
         return res
 
-    x0 = np.array([START[k] for k in FRONTEND_KEYS] + ([host_ms or 0.5] if host_ms is not None
-                                                        else []))
     try:
-        least_squares(fun, x0, bounds=(np.zeros(len(x0)), np.full(len(x0), np.inf)),
-                      x_scale=x0, diff_step=0.15, loss="soft_l1", f_scale=F_SCALE)
+        least_squares(fun, x0, bounds=(lower, upper), x_scale=x0, diff_step=0.15,
+                      loss="soft_l1", f_scale=F_SCALE)
     except _OutOfTrials:
         pass
-    x = np.maximum(best["x"], 0.0)  # the best trial simulated
-    zero = np.zeros(len(x0))
-    if host_ms is not None:
-        zero[-1] = host_ms
+    fitted = {k: round(float(v), 4)  # the best trial simulated
+              for k, v in zip(keys, np.clip(best["x"], lower, upper), strict=True)}
+    zero = {k: 0.0 for k in FRONTEND_KEYS} | (
+        {} if host_ms is None else {"host_overhead_ms": host_ms})
     before = simulate_runs(mine, backend, zero, hardware, n_jobs)
-    after = simulate_runs(mine, backend, x, hardware, n_jobs)
+    after = simulate_runs(mine, backend, fitted, hardware, n_jobs)
     for t in (before, after):
         t["split"] = np.where(t["id"].map(is_held), "held_out", "train")
-    fitted = {k: round(float(v), 4) for k, v in zip(keys, x, strict=True)}
     return {"backend": backend, "costs": {k: fitted[k] for k in FRONTEND_KEYS},
             "host_overhead_ms": fitted.get("host_overhead_ms"),
+            "compute_scale": fitted.get("compute_scale"),
             "held_out_models": held, "train_models": sorted(set(models.values()) - set(held)),
             "train_runs": [r.id for r in train], "evaluations": len(evals),
             "before": before, "after": after}
@@ -158,11 +172,12 @@ def split_errors(after: pd.DataFrame) -> dict:
 def frontend_block(fit: dict, data: str, fraction: float, seed: int) -> dict:
     """The calibrated file's ``frontend:`` block of a fit, with its held-out errors."""
     errors = split_errors(fit["after"])
+    joint = ("" if fit.get("compute_scale") is None else
+             f", jointly with the compute scale ({fit['compute_scale']}: the compute: block)")
     return {**fit["costs"], "fitted": True, "fitted_on": date.today().isoformat(),
-            "method": "python -m calibration validate gpustack_csv=... fit_frontend=true: "
-                      "scipy least_squares (soft-L1) on log(pred/meas) of mean and median "
+            "method": "scipy least_squares (soft-L1) on log(pred/meas) of mean and median "
                       "TTFT, request throughput, mean TPOT and mean ITL, every run replayed "
-                      "in full",
+                      f"in full{joint}",
             "data": data,
             "split": f"{round(fraction * 100)}% of the backend's models held out "
                      f"(whole models), seed {seed}",

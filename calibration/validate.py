@@ -280,6 +280,13 @@ def check(cfg) -> None:
     for key in ("fit_frontend", "fit_compute"):
         if cfg[key] and cfg.gpustack_csv is None:
             raise ConfigError(key, True, "needs gpustack_csv=PATH (measured runs)")
+    if cfg.fit_frontend and cfg.fit_compute and cfg.write_frontend != cfg.write_compute:
+        # a jointly fitted pair holds only together: one without the other in a file
+        # would predict with costs fitted for another compute speed
+        raise ConfigError("write_compute", cfg.write_compute,
+                          f"fit_frontend=true fit_compute=true fit the frontend and the "
+                          f"compute scale jointly: write_frontend (={cfg.write_frontend}) and "
+                          f"write_compute must agree")
     if cfg.max_evals < 1 or cfg.n_jobs < 1:
         raise ConfigError("max_evals" if cfg.max_evals < 1 else "n_jobs",
                           min(cfg.max_evals, cfg.n_jobs), "must be >= 1")

@@ -6,10 +6,11 @@ predicted ÷ measured request throughput per model (where the error lives).
 ``fit_frontend=true`` first fits each backend's frontend costs (``calibration.frontend_fit``)
 on the runs of the models not held out and writes them into the backend's calibrated file
 (``write_frontend=false``: report only); the split is whatever the calibrated file's
-``frontend:`` block records. ``fit_compute=true`` then fits each backend's compute speed
-(``calibration.compute_fit``) on the runs of the same training models and writes the
-calibrated file's ``compute:`` block with ``write_compute=true`` (default: report only; the
-shipped files carry none, docs/fidelity.md says why).
+``frontend:`` block records. ``fit_compute=true`` fits each backend's compute speed too: with
+``fit_frontend=true`` jointly with the frontend costs (one fit), else alone with the
+calibrated frontend on the runs of its training models (``calibration.compute_fit``); it
+writes the calibrated file's ``compute:`` block with ``write_compute=true`` (default: report
+only; the shipped files carry none, docs/fidelity.md says why).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from calibration.bench_replay import (
 from calibration.bench_runs import read_gpustack
 from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
-from sim.frontend import FRONTEND_KEYS
 
 
 def held_out_of(hardware: str, backend: str) -> list[str]:
@@ -45,27 +45,29 @@ def held_out_of(hardware: str, backend: str) -> list[str]:
     return list((doc.get("frontend") or {}).get("held_out_models") or [])
 
 
-def fit_compute(runs, backend: str, cfg, frontend: dict | None = None) -> dict:
-    """Fit ``backend``'s compute scale on the runs of the models its frontend fit trained on
-    (``frontend``: the fit ``fit_frontend=true`` just made; else the calibrated file's
-    costs and split), print its before/after tables and (``write_compute``) write its
-    ``compute:`` block."""
-    print(f"fitting the {backend} compute scale ...", flush=True)
-    if frontend is None:
-        models, x, used = held_out_of(cfg.hardware, backend), None, "the calibrated frontend"
+def fit_compute(runs, backend: str, cfg, joint: dict | None = None) -> dict:
+    """``backend``'s compute scale: the one the joint fit ``joint`` (``fit_frontend=true``)
+    just made, else fitted alone on the runs of the models the calibrated frontend was
+    trained on; print its before/after tables and (``write_compute``) write its ``compute:``
+    block."""
+    split = "the frontend fit's split (whole models)"
+    if joint is None:
+        print(f"fitting the {backend} compute scale ...", flush=True)
+        models = held_out_of(cfg.hardware, backend)
+        held = {r.id for r in runs if r.backend == backend
+                and plan_run(r, cfg.hardware)["model"] in models}
+        fit = compute_fit.fit_compute_scale(runs, backend, cfg.hardware, held, cfg.max_evals,
+                                            cfg.n_jobs)
+        block = compute_fit.compute_block(
+            fit["scale"], fit["after"], Path(cfg.gpustack_csv).name, split, models,
+            f"{compute_fit.SCALAR_METHOD}, with the calibrated frontend")
+        print(format_split_tables({"before (scale 1)": fit["before"],
+                                   f"after (scale {fit['scale']})": fit["after"]},
+                                  f"the {backend} compute fit"))
     else:
-        models = frontend["held_out_models"]
-        x = [frontend["costs"][k] for k in FRONTEND_KEYS]
-        used = "the frontend costs just fitted"
-    held = {r.id for r in runs if r.backend == backend
-            and plan_run(r, cfg.hardware)["model"] in models}
-    fit = compute_fit.fit_compute_scale(runs, backend, cfg.hardware, held, cfg.max_evals,
-                                        cfg.n_jobs, frontend=x)
-    block = compute_fit.compute_block(fit, Path(cfg.gpustack_csv).name,
-                                      "the frontend fit's split (whole models)", models, used)
-    print(format_split_tables({"before (scale 1)": fit["before"],
-                               f"after (scale {fit['scale']})": fit["after"]},
-                              f"the {backend} compute fit"))
+        block = compute_fit.compute_block(
+            joint["compute_scale"], joint["after"], Path(cfg.gpustack_csv).name, split,
+            joint["held_out_models"], compute_fit.JOINT_METHOD)
     if cfg.write_compute:
         write_block(calibration_file(cfg.hardware, backend), "compute", block)
         block["written_to"] = str(calibration_file(cfg.hardware, backend))
@@ -87,12 +89,12 @@ def run(cfg, outdir: Path) -> dict:
             print(f"fitting the {b} frontend ...", flush=True)
             fit = fronts[b] = frontend_fit.fit_frontend(
                 runs, b, cfg.hardware, cfg.held_out_fraction, cfg.seed, cfg.max_evals,
-                cfg.n_jobs)
+                cfg.n_jobs, compute_scale=1.0 if cfg.fit_compute else None)
             block = frontend_fit.frontend_block(fit, Path(cfg.gpustack_csv).name,
                                                 cfg.held_out_fraction, cfg.seed)
             doc["frontend_fit"][b] = {k: v for k, v in block.items()}
-            print(format_error_table(error_table(fit["before"], frontend_fit.FIT_METRICS),
-                                     f"{b}: before (no frontend)"))
+            print(format_split_tables({"before (no frontend)": fit["before"],
+                                       "after": fit["after"]}, f"the {b} frontend fit"))
             if cfg.write_frontend:
                 write_block(calibration_file(cfg.hardware, b), "frontend", block)
                 doc["frontend_fit"][b]["written_to"] = str(calibration_file(cfg.hardware, b))

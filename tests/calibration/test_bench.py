@@ -185,21 +185,26 @@ def test_from_bench_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert "backend" in capsys.readouterr().err
 
 
-def test_from_bench_recovers_a_known_compute_speed(tmp_path, capsys):
-    """Result files made by the simulator at 60% of the profiled compute speed (prompts long
-    enough for prefill to be compute bound): ``fit_compute=true`` finds the scale within a
-    few percent, writes it as the file's ``compute:`` block, and the file selects it."""
+def test_from_bench_recovers_a_known_compute_speed_jointly_with_the_frontend(tmp_path, capsys):
+    """Result files made by the simulator at 60% of the profiled compute speed behind a known
+    frontend (prompts long enough for prefill to be compute bound): ``fit_compute=true`` fits
+    the scale together with the frontend costs, finds it within a few percent, writes it as
+    the file's ``compute:`` block, and the file selects it."""
     paths = simulated_result_files(
-        tmp_path, [(150, None, 3000), (40, 4, 3500), (100, None, 4000)], 10,
-        ["cost_model.compute_scale=0.6"])
+        tmp_path, [(150, None, 3000), (40, 4, 3500), (100, None, 4000), (60, None, 300)], 30,
+        ["cost_model.compute_scale=0.6", "backend.frontend.per_request_ms=4",
+         "backend.frontend.per_output_token_us=100"])
     out = tmp_path / "mine.yaml"
     assert from_bench([f"results=[{','.join(map(str, paths))}]", "model=llama3_8b",
-                       "max_evals=8", "n_jobs=1", "fit_compute=true", f"out={out}",
-                       f"hydra.run.dir={tmp_path / 'run'}"]) == 0
-    assert "held_out runs, after the compute fit" in capsys.readouterr().out
-    block = yaml.safe_load(out.read_text())["compute"]
-    assert block["fitted"] and block["scale"] == pytest.approx(0.6, abs=0.04)
-    pred = predicted_with(out, 100, 4000, 10)  # the file selects the fitted scale later
+                       "max_evals=40", "n_jobs=1", "fit_compute=true", "held_out_every=4",
+                       f"out={out}", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+    assert "held_out runs, after the fit" in capsys.readouterr().out
+    doc = yaml.safe_load(out.read_text())
+    block = doc["compute"]
+    assert block["fitted"] and block["scale"] == pytest.approx(0.6, abs=0.05)
+    assert "jointly with the frontend" in block["method"]
+    assert "jointly with the compute scale" in doc["frontend"]["method"]
+    pred = predicted_with(out, 100, 4000, 30)  # the file selects the fitted scale later
     measured = json.loads(paths[2].read_text())["request_throughput"]
     assert pred["pred_request_throughput"] == pytest.approx(measured, rel=0.06)
 

@@ -189,6 +189,28 @@ def test_two_real_rows(tmp_path):
     assert np.isfinite(table[["ttft_err_pct", "tpot_err_pct"]].to_numpy()).all()
 
 
+def gpustack_rows(model: str, isl: int) -> list[dict]:
+    """The gpustack CSV rows of one 20-request burst of ``model`` on vLLM v0.11."""
+    note = (f"vllm bench serve client; 20 requests; total in/out tokens {20 * isl}/200; "
+            f"serve cmd: vllm serve {model}")
+    return [{"source": "doc.md", "engine": "vLLM [vLLM: v0.11.0]", "model": model,
+             "dataset_or_lengths": f"random (input {isl}, output 10)",
+             "input_len": str(isl), "output_len": "10",
+             "request_rate_or_concurrency": "request_rate=inf", "metric": m, "value": v,
+             "notes": note}
+            for m, v in (("request_throughput", 4.0), ("mean_ttft", 3000.0),
+                         ("median_ttft", 3000.0), ("mean_tpot", 40.0))]
+
+
+def two_model_csv(tmp_path):
+    """A gpustack CSV of one Qwen3-8B and one Qwen3-32B burst (Qwen3-32B: held out of the
+    shipped vLLM frontend fit)."""
+    csv = tmp_path / "runs.csv"
+    pd.DataFrame(gpustack_rows("Qwen/Qwen3-8B", 2000)
+                 + gpustack_rows("Qwen/Qwen3-32B", 2000)).to_csv(csv, index=False)
+    return csv
+
+
 def test_gpustack_compute_fit_trains_on_the_frontend_fits_models_only(tmp_path, capsys):
     """``fit_compute=true``: the compute scale is fitted on the runs of the models the
     calibrated frontend block trained on (vLLM: Qwen3-32B is held out), reported on both
@@ -196,20 +218,7 @@ def test_gpustack_compute_fit_trains_on_the_frontend_fits_models_only(tmp_path, 
     in validate.json."""
     from calibration.silicon_rows import calibration_file
 
-    def rows(model: str, isl: int):
-        note = (f"vllm bench serve client; 20 requests; total in/out tokens {20 * isl}/200; "
-                f"serve cmd: vllm serve {model}")
-        return [{"source": "doc.md", "engine": "vLLM [vLLM: v0.11.0]", "model": model,
-                 "dataset_or_lengths": f"random (input {isl}, output 10)",
-                 "input_len": str(isl), "output_len": "10",
-                 "request_rate_or_concurrency": "request_rate=inf", "metric": m, "value": v,
-                 "notes": note}
-                for m, v in (("request_throughput", 4.0), ("mean_ttft", 3000.0),
-                             ("median_ttft", 3000.0), ("mean_tpot", 40.0))]
-
-    csv = tmp_path / "runs.csv"
-    pd.DataFrame(rows("Qwen/Qwen3-8B", 2000) + rows("Qwen/Qwen3-32B", 2000)).to_csv(csv,
-                                                                                index=False)
+    csv = two_model_csv(tmp_path)
     shipped = calibration_file("h100_sxm", "vllm").read_text()
     out = tmp_path / "out"
     assert calibration_main(["validate", f"gpustack_csv={csv}", "fit_compute=true",
@@ -225,3 +234,30 @@ def test_gpustack_compute_fit_trains_on_the_frontend_fits_models_only(tmp_path, 
     assert block["errors"]["train"]["request_throughput"]["n"] == 1
     assert block["errors"]["held_out"]["request_throughput"]["n"] == 1
     assert {r["model"] for r in doc["throughput_ratio_by_model"]} == {"qwen3_8b", "qwen3_32b"}
+
+
+def test_gpustack_frontend_and_compute_fit_jointly(tmp_path, capsys):
+    """``fit_frontend=true fit_compute=true``: one fit of the frontend costs and the compute
+    scale on the training model; its blocks say so and agree; the shipped file is untouched
+    when neither is written, and writing one of the pair without the other is refused."""
+    from calibration.silicon_rows import calibration_file
+
+    csv = two_model_csv(tmp_path)
+    assert calibration_main(["validate", f"gpustack_csv={csv}", "fit_frontend=true",
+                             "fit_compute=true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "write_compute=False" in err[0] and "jointly" in err[0]
+    shipped = calibration_file("h100_sxm", "vllm").read_text()
+    out = tmp_path / "out"
+    assert calibration_main(["validate", f"gpustack_csv={csv}", "fit_frontend=true",
+                             "fit_compute=true", "write_frontend=false", "max_evals=7",
+                             "n_jobs=1", f"hydra.run.dir={out}"]) == 0
+    text = capsys.readouterr().out
+    assert "held_out runs, after the vllm frontend fit" in text
+    assert "compute_scale" in text  # the trials vary the scale with the costs
+    assert calibration_file("h100_sxm", "vllm").read_text() == shipped
+    doc = json.loads((out / "validate.json").read_text())
+    front, compute = doc["frontend_fit"]["vllm"], doc["compute_fit"]["vllm"]
+    assert 0.3 <= compute["scale"] <= 1.5 and "jointly with the frontend" in compute["method"]
+    assert f"jointly with the compute scale ({compute['scale']}" in front["method"]
+    assert compute["errors"]["held_out"]["request_throughput"]["n"] == 1
