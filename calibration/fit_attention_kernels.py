@@ -33,6 +33,7 @@ from scipy.optimize import least_squares
 
 from analysis.inputs import read_csv
 from calibration.config import command_main, compose_command
+from calibration.fitting import signed_error_summary
 from calibration.silicon_rows import hardware_doc
 from sim.cost.attention_kernels import KernelCurve, kernel_classes_path
 from sim.errors import ConfigError
@@ -119,12 +120,7 @@ def error_summary(table: pd.DataFrame) -> dict:
     """Per kernel and split: n, median and p90 absolute % error, signed median."""
     out: dict = {}
     for (k, split), g in table.groupby(["kernel", "split"]):
-        a = g["err_pct"].abs()
-        out.setdefault(k, {})[split] = {"n": int(len(g)),
-                                        "median_abs_pct": round(float(a.median()), 1),
-                                        "p90_abs_pct": round(float(a.quantile(0.9)), 1),
-                                        "signed_median_pct": round(float(g["err_pct"].median()),
-                                                                   1)}
+        out.setdefault(k, {})[split] = signed_error_summary(g["err_pct"])
     return out
 
 

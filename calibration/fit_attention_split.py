@@ -33,6 +33,7 @@ from scipy.optimize import minimize_scalar
 
 import conf
 from calibration.config import command_main, compose_command
+from calibration.fitting import signed_error_summary
 from calibration.silicon_rows import hardware_doc
 from calibration.validate_diffusion import plan_rows, read_rows, simulate_rows
 from sim.cost.attention_kernels import CALIBRATED, IMPLS, load_kernel_classes, split_path
@@ -91,13 +92,7 @@ def fit_share(rows: pd.DataFrame, backend: str) -> float:
 
 def errors(p: pd.DataFrame) -> dict:
     """n, median and p90 absolute % error and the signed median of the predicted rows."""
-    p = p[p["reason"] == ""]
-    if p.empty:
-        return {"n": 0}
-    a = p["err_pct"].abs()
-    return {"n": int(len(p)), "median_abs_pct": round(float(a.median()), 1),
-            "p90_abs_pct": round(float(a.quantile(0.9)), 1),
-            "signed_median_pct": round(float(p["err_pct"].median()), 1)}
+    return signed_error_summary(p.loc[p["reason"] == "", "err_pct"])
 
 
 def run(cfg, outdir: Path) -> dict:

@@ -29,6 +29,7 @@ from omegaconf import MISSING
 from scipy.optimize import least_squares
 
 from calibration.config import command_main, compose_command
+from calibration.fitting import signed_error_summary
 from calibration.silicon_rows import hardware_doc
 from calibration.validate_diffusion import plan_rows, read_rows, simulate_rows
 from sim.diffusion.execution import execution_path
@@ -99,14 +100,6 @@ def fit(pairs: pd.DataFrame, table: pd.DataFrame, backend: str) -> np.ndarray:
     return np.asarray(best, float)
 
 
-def _errors(p: pd.DataFrame) -> dict:
-    a = p["ratio_err_pct"].abs()
-    return {"n": int(len(p)), "median_abs_pct": round(float(a.median()), 1) if len(p) else None,
-            "p90_abs_pct": round(float(a.quantile(0.9)), 1) if len(p) else None,
-            "signed_median_pct": round(float(p["ratio_err_pct"].median()), 1) if len(p)
-            else None}
-
-
 def run(cfg, outdir: Path) -> dict:
     """Fit with plans held out, report, refit on every pair, write the file."""
     path = Path(cfg.csv)
@@ -139,9 +132,11 @@ def run(cfg, outdir: Path) -> dict:
            "method": "scipy least_squares on log of the eager/compiled ratio per pair",
            "pairs": [f"{r.model} {r.hardware} {r.plan}" for r in pairs.itertuples()],
            "held_out": f"plans {list(cfg.held_out_plans)} held out of a first fit",
-           "errors": {"held_out_fit": {s: _errors(p_held[p_held["split"] == s])
-                                       for s in ("train", "held_out")},
-                      "final_fit": _errors(p_all)},
+           "errors": {
+               "held_out_fit": {
+                   s: signed_error_summary(p_held.loc[p_held["split"] == s, "ratio_err_pct"])
+                   for s in ("train", "held_out")},
+               "final_fit": signed_error_summary(p_all["ratio_err_pct"])},
            "eager": {"launch_us": round(float(x_all[0]), 3),
                      "unfused": round(float(x_all[1]), 3)}}
     if cfg.write:

@@ -26,7 +26,7 @@ from scenarios import WorkloadConfig, WorkloadError, check_workload, requests_fo
 from scenarios.config import LengthConfig
 from scenarios.lengths import split_total_lengths
 from sim.builders import plain
-from sim.memory import parameter_count
+from sim.model.weights import parameter_count
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ from sim.config import check_model
 from sim.config.model import ModelConfig
 from sim.errors import ConfigError
 from sim.hf_config import model_fields, read_hf_config
-from sim.memory import active_parameter_count, parameter_count
+from sim.model.weights import active_parameter_count, parameter_count
 
 REPO = Path(__file__).resolve().parents[2]
 

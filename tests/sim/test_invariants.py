@@ -27,7 +27,8 @@ from sim.config import (
     RooflineCostConfig,
     SchedulerConfig,
 )
-from sim.memory import activation_peak_bytes, kv_bytes_per_token, parameter_count
+from sim.memory import activation_peak_bytes, kv_bytes_per_token
+from sim.model.weights import parameter_count
 from sim.schedulers import SCHEDULERS
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", 50))  # raise locally for a deeper search

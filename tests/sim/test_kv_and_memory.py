@@ -8,7 +8,8 @@ import pytest
 from sim.builders import plain
 from sim.errors import ConfigError
 from sim.kv_cache import PagedKVCache
-from sim.memory import GIB, kv_bytes_per_token, memory_budget, parameter_count
+from sim.memory import GIB, kv_bytes_per_token, memory_budget
+from sim.model.weights import parameter_count
 
 
 def test_blocks_allocate_and_free():

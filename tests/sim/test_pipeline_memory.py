@@ -17,16 +17,14 @@ from sim.cost import RooflineCostModel
 from sim.cost.operators import Efficiency, gemm_time
 from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
-from sim.memory import (
-    GIB,
-    kv_bytes_per_token,
-    memory_budget,
+from sim.memory import GIB, kv_bytes_per_token, memory_budget
+from sim.model.layout import PerGpu
+from sim.model.weights import (
     parameter_count,
     pipeline_stages,
     stage_weight_bytes,
     weight_bytes_per_gpu,
 )
-from sim.model.layout import PerGpu
 from sim.records import LogHistogram
 from sim.state import RequestTable
 

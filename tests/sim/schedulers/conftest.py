@@ -20,7 +20,8 @@ from sim.config import (
 )
 from sim.config.backend import FrontendConfig
 from sim.kv_cache import PagedKVCache
-from sim.memory import activation_peak_bytes, kv_bytes_per_token, parameter_count
+from sim.memory import activation_peak_bytes, kv_bytes_per_token
+from sim.model.weights import parameter_count
 from sim.records import LogHistogram
 from sim.schedulers import SCHEDULERS
 from sim.state import RequestTable
