@@ -7,8 +7,8 @@ whatever its power and thermal limits allow under load (``nvidia-smi -q -d PERFO
 attention) and leaves memory-bound ones (decode) at the HBM's speed. One number carries that:
 every FLOP roof times ``scale``. It is fitted with ``scipy.optimize.minimize_scalar``
 (bounded) on the soft-L1 cost of ``log(pred / meas)`` of the training runs' TTFT, request
-throughput, TPOT and ITL (``calibration.frontend_fit.residuals``), with given frontend costs
-(the calibrated ones, or a fit's); held-out runs are only reported. Fitted together with
+throughput, TPOT and ITL (``calibration.frontend_fit.residuals``), with the calibrated
+frontend costs; held-out runs are only reported. Fitted together with
 the frontend costs it is one parameter of ``calibration.frontend_fit.fit_frontend``
 (``compute_scale=``); ``compute_block`` writes either fit's scale.
 """
@@ -24,6 +24,7 @@ from calibration.bench_replay import plan_run
 from calibration.bench_runs import BenchRun
 from calibration.frontend_fit import (
     SCALE_BOUNDS,
+    param_overrides,
     residuals,
     simulate_runs,
     soft_l1,
@@ -40,15 +41,14 @@ JOINT_METHOD = ("scipy least_squares (soft-L1) on log(pred/meas) of mean and med
 
 def scale_override(scale: float) -> tuple[str, ...]:
     """The override that sets the compute scale."""
-    return (f"cost_model.compute_scale={float(scale):.6g}",)
+    return tuple(param_overrides({"compute_scale": scale}))
 
 
 def fit_compute_scale(runs: list[BenchRun], backend: str, hardware: str,
                       held_out: set[str], max_evals: int = 12, n_jobs: int = 2,
-                      log=print, frontend: dict | None = None) -> dict:
-    """Fit ``backend``'s compute scale on its simulatable runs whose id is not in ``held_out``;
-    ``frontend``: frontend costs (and host overhead) to fit with, by the names of
-    ``frontend_fit.OVERRIDES`` (None: the calibrated ones). The scale, the
+                      log=print) -> dict:
+    """Fit ``backend``'s compute scale on its simulatable runs whose id is not in ``held_out``,
+    with the calibrated frontend costs. The scale, the
     trials, and the per-run tables before (scale 1) and after, with their split."""
     mine = [r for r in runs if r.backend == backend and not plan_run(r, hardware)["reason"]]
     train = [r for r in mine if r.id not in held_out]
@@ -57,7 +57,7 @@ def fit_compute_scale(runs: list[BenchRun], backend: str, hardware: str,
     trials: list[tuple[float, float]] = []
 
     def cost(scale: float) -> float:
-        res = residuals(simulate_runs(train, backend, frontend, hardware, n_jobs,
+        res = residuals(simulate_runs(train, backend, None, hardware, n_jobs,
                                       scale_override(scale)))
         trials.append((float(scale), float(np.sum(soft_l1(res)))))
         log(f"  {backend} compute scale {scale:.4f}: cost {trials[-1][1]:.3f}, "
@@ -67,8 +67,8 @@ def fit_compute_scale(runs: list[BenchRun], backend: str, hardware: str,
     minimize_scalar(cost, bounds=SCALE_BOUNDS, method="bounded",
                     options={"maxiter": max_evals, "xatol": 0.01})
     scale = round(min(trials, key=lambda t: t[1])[0], 3)  # the best trial simulated
-    before = simulate_runs(mine, backend, frontend, hardware, n_jobs, scale_override(1.0))
-    after = simulate_runs(mine, backend, frontend, hardware, n_jobs, scale_override(scale))
+    before = simulate_runs(mine, backend, None, hardware, n_jobs, scale_override(1.0))
+    after = simulate_runs(mine, backend, None, hardware, n_jobs, scale_override(scale))
     for t in (before, after):
         t["split"] = np.where(t["id"].isin(held_out), "held_out", "train")
     return {"backend": backend, "scale": scale, "trials": trials,

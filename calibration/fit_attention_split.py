@@ -135,7 +135,7 @@ def run(cfg, outdir: Path) -> dict:
     for (split, hw), idx in rows.groupby(["split", "hardware"]).groups.items():
         b, a = errors(before.loc[idx]), errors(after.loc[idx])
         table_err.setdefault(split, {})[hw] = {"before": b, "after": a}
-        if a["n"]:
+        if a["signed_median_pct"] is not None and b["signed_median_pct"] is not None:
             print(f"| {split} | {hw} | {a['n']} | {b['median_abs_pct']} -> "
                   f"{a['median_abs_pct']} | {b['p90_abs_pct']} -> {a['p90_abs_pct']} | "
                   f"{b['signed_median_pct']:+} -> {a['signed_median_pct']:+} |")

@@ -190,11 +190,12 @@ def error_stats(pred, meas) -> dict:
 def signed_error_summary(err_pct) -> dict:
     """n, median and p90 absolute error and the signed median of signed % errors ``err_pct``
     (rounded to 0.1; None with no error to summarise), as the calibrated files record them.
-    Missing (NaN) errors are left out, as pandas' median and quantile leave them out."""
+    ``n`` counts every row; the statistics leave missing (NaN) errors out, as pandas' median
+    and quantile do."""
     e = np.asarray(err_pct, dtype=np.float64)
-    e = e[~np.isnan(e)]
+    n, e = len(e), e[~np.isnan(e)]
     if len(e) == 0:
-        return {"n": 0, "median_abs_pct": None, "p90_abs_pct": None, "signed_median_pct": None}
-    return {"n": int(len(e)), "median_abs_pct": round(float(np.median(np.abs(e))), 1),
+        return {"n": n, "median_abs_pct": None, "p90_abs_pct": None, "signed_median_pct": None}
+    return {"n": n, "median_abs_pct": round(float(np.median(np.abs(e))), 1),
             "p90_abs_pct": round(float(np.quantile(np.abs(e), 0.9)), 1),
             "signed_median_pct": round(float(np.median(e)), 1)}

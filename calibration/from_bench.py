@@ -114,7 +114,8 @@ def run(cfg, outdir: Path) -> dict:
     write_block(out, "frontend", block)
     host = dict(doc.get("host") or {})
     host.update(overhead_ms=fit["host_overhead_ms"], fitted_on=date.today().isoformat(),
-                method="python -m calibration from-bench (with the frontend costs)",
+                method="python -m calibration from-bench (with the frontend costs"
+                       f"{'' if fit['compute_scale'] is None else ' and the compute scale'})",
                 data=block["data"])
     write_block(out, "host", host)
     scale = fit["compute_scale"]

@@ -4,7 +4,8 @@
         [models=[a,b]] [limit=N] [harness=burst|ramp|desync] [requests_per_client=10]
         [fit_host=true] [host_keys=[overhead_ms,per_seq_us,per_new_request_us,per_token_us]]
     python -m calibration validate gpustack_csv=PATH [backend=NAME] [fit_frontend=true]
-        [fit_compute=true]
+        [fit_compute=true] (both: one joint fit, with write_frontend=false or
+        write_compute=true)
         (``vllm bench serve`` runs replayed as their client ran them:
         ``calibration.validate_bench``)
 

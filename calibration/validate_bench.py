@@ -47,9 +47,9 @@ def held_out_of(hardware: str, backend: str) -> list[str]:
 
 def fit_compute(runs, backend: str, cfg, joint: dict | None = None) -> dict:
     """``backend``'s compute scale: the one the joint fit ``joint`` (``fit_frontend=true``)
-    just made, else fitted alone on the runs of the models the calibrated frontend was
-    trained on; print its before/after tables and (``write_compute``) write its ``compute:``
-    block."""
+    just made (its tables are the frontend fit's), else fitted alone on the runs of the
+    models the calibrated frontend was trained on, with its before/after tables printed;
+    ``write_compute``: write its ``compute:`` block."""
     split = "the frontend fit's split (whole models)"
     if joint is None:
         print(f"fitting the {backend} compute scale ...", flush=True)
@@ -98,8 +98,10 @@ def run(cfg, outdir: Path) -> dict:
             if cfg.write_frontend:
                 write_block(calibration_file(cfg.hardware, b), "frontend", block)
                 doc["frontend_fit"][b]["written_to"] = str(calibration_file(cfg.hardware, b))
-    if cfg.fit_compute:
-        doc["compute_fit"] = {b: fit_compute(runs, b, cfg, fronts.get(b)) for b in backends}
+            if cfg.fit_compute:  # the pair fitted together is written together
+                doc.setdefault("compute_fit", {})[b] = fit_compute(runs, b, cfg, fit)
+    if cfg.fit_compute and not cfg.fit_frontend:
+        doc["compute_fit"] = {b: fit_compute(runs, b, cfg) for b in backends}
     table = replay(runs, cfg.hardware)
     held = {b: held_out_of(cfg.hardware, b) for b in backends}
     table["split"] = [("held_out" if m in held.get(b, []) else "train")

@@ -87,13 +87,20 @@ def hardware_names() -> list[str]:
                   if not p.stem.startswith("base"))
 
 
+# A bare GPU name that several hardware files start with: the variant the development set's
+# multi-GPU servers have (H100: the SXM; its 4- and 6-GPU plans need one NVLink node).
+BARE_NAMES = {"h100": "h100_sxm"}
+
+
 def map_hardware(gpu: str) -> str | None:
-    """``H100`` -> ``h100_sxm``: the file of that name, or the one name that starts with it
-    and an underscore."""
+    """``H100`` -> ``h100_sxm``: the file of that name, the variant ``BARE_NAMES`` names, or
+    the one name that starts with it and an underscore."""
     g = str(gpu).strip().lower().replace("-", "_").replace(" ", "_")
     names = hardware_names()
     if g in names:
         return g
+    if g in BARE_NAMES:
+        return BARE_NAMES[g]
     hits = [n for n in names if n.startswith(g + "_")]
     return hits[0] if len(hits) == 1 else None
 

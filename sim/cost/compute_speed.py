@@ -3,7 +3,9 @@
 The efficiencies of ``sim/cost/calibrated/`` were fitted on operator tables profiled at
 locked clocks; a serving GPU runs at the SM clock its power and thermal limits allow. The
 scale multiplies the tensor-core (BF16, FP8) and CUDA-core (FP32) peaks; bandwidths, memory
-and launch latencies stay. Fitted per deployment by ``calibration.compute_fit``.
+and launch latencies stay. Fitted per deployment with the frontend costs
+(``calibration.frontend_fit``, ``python -m calibration from-bench ... fit_compute=true``) or
+alone (``calibration.compute_fit``).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -254,10 +255,11 @@ def test_gpustack_frontend_and_compute_fit_jointly(tmp_path, capsys):
                              "n_jobs=1", f"hydra.run.dir={out}"]) == 0
     text = capsys.readouterr().out
     assert "held_out runs, after the vllm frontend fit" in text
-    assert "compute_scale" in text  # the trials vary the scale with the costs
+    scales = set(re.findall(r"'compute_scale': ([0-9.]+)", text))
+    assert len(scales) >= 2  # the trials vary the scale with the costs
     assert calibration_file("h100_sxm", "vllm").read_text() == shipped
     doc = json.loads((out / "validate.json").read_text())
     front, compute = doc["frontend_fit"]["vllm"], doc["compute_fit"]["vllm"]
-    assert 0.3 <= compute["scale"] <= 1.5 and "jointly with the frontend" in compute["method"]
+    assert str(compute["scale"]) in scales and "jointly with the frontend" in compute["method"]
     assert f"jointly with the compute scale ({compute['scale']}" in front["method"]
     assert compute["errors"]["held_out"]["request_throughput"]["n"] == 1

@@ -63,7 +63,7 @@ HEAD_FIELDS = {"num_attention_heads", "num_key_value_heads", "linear_num_key_hea
 
 
 def _splits_heads(node: ast.AST) -> bool:
-    """Whether ``node`` divides a model's head count (``x // tp``, ``_cdiv(x, tp)``)."""
+    """Whether ``node`` divides a model's head count (``x // tp``, ``cdiv(x, tp)``)."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Div)):
         side = node.left
     elif isinstance(node, ast.Call) and node.args and "div" in ast.unparse(node.func):
