@@ -47,14 +47,14 @@ import pandas as pd
 from hydra import compose, initialize_config_module
 
 import cli.diffusion_explain as diffusion_explain
-import sim.memory as memory
+import sim.kv.budget as memory
 from analysis.inputs import output_file
 from analysis.roofline_chart import write_roofline_chart
 from cli.preflight import compose_or_exit
 from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
 from sim.errors import ConfigError, OutputError, report_error
-from sim.kv_cache import kv_blocks
-from sim.kv_rules import startup_lines
+from sim.kv.manager import kv_blocks
+from sim.kv.rules import startup_lines
 
 DEFAULT_BATCH = "prefill:1x4096+decode:64x2000"
 LLM_KEYS = ("batch", "context")
@@ -273,7 +273,7 @@ def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict |
                   f"{plan['memory_fraction']}): {plan['usable_gib']:.2f} GiB usable, "
                   f"{plan['weights_gib']:.2f} weights, {plan['activations_gib']:.2f} "
                   f"activations, {plan['other_gib']:.2f} other, {plan['kv_cache_gib']:.2f} "
-                  "KV cache (sim/kv_rules.py)",
+                  "KV cache (sim/kv/rules.py)",
                   f"as {plan['rule']} would log it: " + "; ".join(plan["engine_log"]),
                   f"KV cache: {plan['num_gpu_blocks']:,} blocks"
                   + (f" (override; memory gives {plan['memory_num_gpu_blocks']:,})"

@@ -1,4 +1,4 @@
-"""Check the engines' KV-cache rules (sim/kv_rules.py) against published vLLM start-up logs.
+"""Check the engines' KV-cache rules (sim/kv/rules.py) against published vLLM start-up logs.
 
     python scripts/kv_startup_logs.py        # prints the Markdown table of docs/fidelity.md
 
@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_module
 
 import conf.schema  # noqa: F401  (registers the config schemas)
 from sim.builders import plain, replica_memory_budget
-from sim.memory import GIB
+from sim.kv.budget import GIB
 
 LOGS = "https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e0/accuracy/results/v0.19.0/logs/"
 # (log file, overrides, logged "Available KV cache memory" GiB, logged "GPU KV cache size")

@@ -28,8 +28,8 @@ from sim.cost.host import HostCosts
 from sim.cost.roofline import shared_calibration
 from sim.errors import ConfigError
 from sim.frontend import FRONTEND_KEYS, FrontendCosts
-from sim.kv_cache import PagedKVCache, build_kv_cache
-from sim.memory import GIB, MemoryBudget, kv_dtype_bytes, memory_budget
+from sim.kv.budget import GIB, MemoryBudget, kv_dtype_bytes, memory_budget
+from sim.kv.manager import PagedKVCache, build_kv_cache
 from sim.model.weights import active_parameter_count, parameter_count
 from sim.records import LogHistogram
 from sim.schedulers import SCHEDULERS, TokenBudgetScheduler

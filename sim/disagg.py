@@ -27,7 +27,7 @@ import pandas as pd
 
 from sim.cost.base import BOUNDS
 from sim.faults import LinkSchedule
-from sim.memory import kv_bytes_per_token
+from sim.kv.budget import kv_bytes_per_token
 from sim.records import ColumnBuffer
 from sim.replica import TIMELINE_COLUMNS
 from sim.state import NO_REPLICA_LEFT, TRANSFERRING

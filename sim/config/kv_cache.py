@@ -10,7 +10,7 @@ from sim.errors import ConfigError
 PREEMPTION_MODES = ("recompute", "swap")
 # The block sizes each engine takes (kv_cache.block_size is vLLM's block_size, SGLang's
 # page_size, TensorRT-LLM's tokens_per_block): vLLM's CacheConfig.block_size is a BlockSize,
-# Literal[1, 8, 16, 32, 64, 128, 256] (vllm/config/cache.py as of v0.11; sim.kv_rules models
+# Literal[1, 8, 16, 32, 64, 128, 256] (vllm/config/cache.py as of v0.11; sim.kv.rules models
 # 0.10.2-0.12.0); TensorRT-LLM's a power of 2 (docs/source/advanced/kv-cache-reuse.md:
 # "tokens_per_block must be a power of 2"); SGLang's any page size >= 1 (server_args
 # page_size, default 1; "every kernel backend is compatible with a page size > 1",
@@ -28,7 +28,7 @@ class KVCacheConfig:
 
     name: str = "paged"
     block_size: int = 16
-    # vLLM's gpu_memory_utilization, TensorRT-LLM's free_gpu_memory_fraction (sim.kv_rules)
+    # vLLM's gpu_memory_utilization, TensorRT-LLM's free_gpu_memory_fraction (sim.kv.rules)
     gpu_memory_utilization: float = 0.9
     # SGLang's mem_fraction_static; null: SGLang's default rule for the GPU and layout
     mem_fraction_static: float | None = None

@@ -1,4 +1,5 @@
-"""Parts of the KV-cache manager beyond block counting: prefix-block hashing and the pool of
+"""The KV cache of one replica: its budget (``budget``, sized by each engine's start-up rule in
+``rules``), its paged block manager (``manager``), prefix-block hashing and the pool of
 cached blocks (``prefix``)."""
 
 from sim.kv.prefix import PrefixPool, block_hashes

@@ -11,7 +11,7 @@ from collections import deque
 
 import numpy as np
 
-from sim.kv_cache import PagedKVCache
+from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
 from sim.state import FINISHED, RUNNING, WAITING, RequestTable
 

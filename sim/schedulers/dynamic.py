@@ -13,7 +13,7 @@ Batch formation, padding and cost are those of ``scheduler=static``
 from __future__ import annotations
 
 from sim.config import SchedulerConfig
-from sim.kv_cache import PagedKVCache
+from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers.static import StaticScheduler
 from sim.state import RequestTable

@@ -13,7 +13,7 @@ the priority.
 from __future__ import annotations
 
 from sim.config import SchedulerConfig
-from sim.kv_cache import PagedKVCache
+from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers.vllm import VllmScheduler
 from sim.state import RequestTable

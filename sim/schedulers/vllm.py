@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import SchedulerConfig
-from sim.kv_cache import PagedKVCache
+from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers.base import Batch, TokenBudgetScheduler
 from sim.schedulers.queues import KeyedQueue

@@ -8,8 +8,8 @@ from hydra import compose, initialize_config_module
 import conf.schema  # noqa: F401  (registers the config schemas)
 from scenarios import requests_for_seed
 from sim import simulate
+from sim.kv.manager import PagedKVCache
 from sim.kv.prefix import block_hashes
-from sim.kv_cache import PagedKVCache
 
 # an unbounded cache (far more blocks than any run here touches) and 7 ms steps
 UNBOUNDED = ("kv_cache=prefix", "kv_cache.num_gpu_blocks=200000", "cost_model=constant")

@@ -9,7 +9,7 @@ import pytest
 from analysis.metrics import summarize
 from sim import simulate
 from sim.errors import ConfigError
-from sim.memory import kv_bytes_per_token
+from sim.kv.budget import kv_bytes_per_token
 
 STEP_S = 0.010
 

@@ -16,7 +16,7 @@ from sim import simulate
 from sim.cluster import Cluster
 from sim.errors import ConfigError
 from sim.faults import Episodes, LinkSchedule
-from sim.memory import kv_bytes_per_token
+from sim.kv.budget import kv_bytes_per_token
 from sim.records import LogHistogram
 from sim.state import FAILED, FINISHED, RequestTable
 

@@ -27,7 +27,7 @@ from sim.config import (
     RooflineCostConfig,
     SchedulerConfig,
 )
-from sim.memory import activation_peak_bytes, kv_bytes_per_token
+from sim.kv.budget import activation_peak_bytes, kv_bytes_per_token
 from sim.model.weights import parameter_count
 from sim.schedulers import SCHEDULERS
 

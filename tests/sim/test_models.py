@@ -19,7 +19,7 @@ from sim.builders import plain
 from sim.config import check_model
 from sim.config.model import ModelConfig
 from sim.errors import ConfigError
-from sim.memory import GIB, kv_bytes_per_token, memory_budget, state_bytes_per_request
+from sim.kv.budget import GIB, kv_bytes_per_token, memory_budget, state_bytes_per_request
 from sim.model.weights import active_parameter_count, parameter_count, weight_bytes_per_gpu
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 
 from sim.config import ClusterConfig, check_cluster
 from sim.errors import ConfigError
-from sim.kv_cache import PagedKVCache
+from sim.kv.manager import PagedKVCache
 from sim.routers import ROUTERS, PoolView
 from sim.state import RequestTable
 

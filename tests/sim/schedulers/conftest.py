@@ -19,8 +19,8 @@ from sim.config import (
     SchedulerConfig,
 )
 from sim.config.backend import FrontendConfig
-from sim.kv_cache import PagedKVCache
-from sim.memory import activation_peak_bytes, kv_bytes_per_token
+from sim.kv.budget import activation_peak_bytes, kv_bytes_per_token
+from sim.kv.manager import PagedKVCache
 from sim.model.weights import parameter_count
 from sim.records import LogHistogram
 from sim.schedulers import SCHEDULERS

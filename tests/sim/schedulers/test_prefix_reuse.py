@@ -12,7 +12,7 @@ from scenarios import requests_for_seed
 from sim import simulate
 from sim.builders import ignored_settings, plain
 from sim.config import SchedulerConfig
-from sim.kv_cache import PagedKVCache
+from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers import SCHEDULERS
 from sim.state import RequestTable

@@ -8,7 +8,7 @@ import simpy
 
 from sim.config import SchedulerConfig
 from sim.cost import ConstantCostModel
-from sim.kv_cache import PagedKVCache
+from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
 from sim.replica import Replica
 from sim.schedulers import sglang

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import simulate
+from sim.kv.budget import kv_bytes_per_token
 from sim.kv.swap import SwapSpace
-from sim.memory import kv_bytes_per_token
 
 BLOCK_BYTES, PCIE = 1 << 20, 1e9  # 1 MiB blocks over 1 GB/s
 ONE_BLOCK_S = BLOCK_BYTES / PCIE

@@ -2,7 +2,7 @@
 
 A request holding ``t`` tokens in the cache needs ``ceil(t / block_size)`` blocks, plus, for
 hybrid linear-attention and sliding-window models, ``state_blocks`` fixed blocks while it holds
-any (its recurrent or windowed state, budgeted by ``sim.memory``). Only counts are tracked:
+any (its recurrent or windowed state, budgeted by ``sim.kv.budget``). Only counts are tracked:
 which physical block a request holds does not change any cost in this model. As in vLLM's
 ``BlockPool``, one of the ``num_gpu_blocks`` is the reserved null block, so
 ``num_gpu_blocks − 1`` can hold tokens.
@@ -345,7 +345,7 @@ def kv_blocks(kv_cfg, budget) -> int:
 def build_kv_cache(kv_cfg, hardware, budget, num_requests: int,
                    largest_request_tokens: int = 0) -> PagedKVCache:
     """The KV cache of one replica from ``kv_cache=``, the hardware (PCIe for swap) and the
-    memory budget (``sim.memory.MemoryBudget``: capacity, block size and bytes, state blocks).
+    memory budget (``sim.kv.budget.MemoryBudget``: capacity, block size and bytes, state blocks).
 
     ``kv_cache.num_gpu_blocks`` overrides the derived capacity; with ``preemption=swap`` the
     host space must hold the blocks of the largest request (``largest_request_tokens``);

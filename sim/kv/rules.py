@@ -8,7 +8,7 @@ starts. Read from their source (the versions named; ``docs/fidelity.md`` quotes 
   ``total`` is what ``cudaMemGetInfo`` reports and the peak is that of the profile run: one
   forward pass over ``max_num_batched_tokens`` tokens split into ``min(tokens,
   max_num_seqs)`` requests, then the sampler on those requests' logits (fp32, with the
-  top-k/top-p sort: ``sim.memory.activation_peak_bytes``). CUDA-graph memory is captured
+  top-k/top-p sort: ``sim.kv.budget.activation_peak_bytes``). CUDA-graph memory is captured
   after the cache is allocated and is not subtracted.
 - **SGLang** (0.5.3–0.5.5, ``model_runner.profile_max_num_token``): ``free_before_weights ×
   mem_fraction_static − weights``, with ``mem_fraction_static`` by default
@@ -79,7 +79,7 @@ def kv_memory(rule: str, hw, kv, chunk: int, weights: int, activations: int, oth
 def startup_lines(budget, kv_bytes_per_token: int, max_model_len: int,
                   context_len: int) -> list[str]:
     """The lines the engine of ``budget.rule`` logs at start-up about its KV cache, with this
-    simulator's numbers (a ``sim.memory.MemoryBudget``): what to compare with a real log."""
+    simulator's numbers (a ``sim.kv.budget.MemoryBudget``): what to compare with a real log."""
     gib = 1024**3
     tokens = budget.num_gpu_blocks * budget.block_size
     if budget.rule == "sglang":

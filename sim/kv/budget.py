@@ -33,7 +33,7 @@ from sim.config import (
 from sim.config.common import activation_dtype
 from sim.config.model import layer_kinds
 from sim.errors import ConfigError
-from sim.kv_rules import kv_memory
+from sim.kv.rules import kv_memory
 from sim.model.layout import PerGpu
 from sim.model.weights import Stage, cdiv, pipeline_stages, stage_weight_bytes, whole_model
 from sim.schedulers import SCHEDULERS
@@ -188,7 +188,7 @@ class MemoryBudget:
     stage: int = 0
     pipeline_parallel_size: int = 1
     tensor_parallel_size: int = 1
-    rule: str = "vllm"  # the engine whose rule sized it (sim.kv_rules)
+    rule: str = "vllm"  # the engine whose rule sized it (sim.kv.rules)
     memory_fraction: float = 0.9  # that rule's fraction
 
     @property
@@ -249,7 +249,7 @@ def memory_budget(
     pp: int = 1,
     rule: str = "vllm",
 ) -> MemoryBudget:
-    """Size the KV cache of one ``tp × pp`` replica by engine ``rule`` (``sim.kv_rules``);
+    """Size the KV cache of one ``tp × pp`` replica by engine ``rule`` (``sim.kv.rules``);
     refuses a model that does not fit.
 
     Each stage sizes its own cache; the replica gets the smallest block count of all stages

@@ -17,7 +17,7 @@ from sim.cost import RooflineCostModel
 from sim.cost.operators import Efficiency, gemm_time
 from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
-from sim.memory import GIB, kv_bytes_per_token, memory_budget
+from sim.kv.budget import GIB, kv_bytes_per_token, memory_budget
 from sim.model.layout import PerGpu
 from sim.model.weights import (
     parameter_count,

@@ -7,8 +7,8 @@ import pytest
 
 from sim.builders import plain
 from sim.errors import ConfigError
-from sim.kv_cache import PagedKVCache
-from sim.memory import GIB, kv_bytes_per_token, memory_budget
+from sim.kv.budget import GIB, kv_bytes_per_token, memory_budget
+from sim.kv.manager import PagedKVCache
 from sim.model.weights import parameter_count
 
 
@@ -40,7 +40,7 @@ def test_parameter_counts_match_hugging_face(compose_cfg):
 
 
 def test_num_gpu_blocks_by_hand(compose_cfg):
-    """Llama-3.1-8B on one H100 at 0.9 utilization (vLLM's rule, sim.kv_rules)."""
+    """Llama-3.1-8B on one H100 at 0.9 utilization (vLLM's rule, sim.kv.rules)."""
     cfg = plain(compose_cfg())
     b = memory_budget(cfg.model, cfg.hardware, cfg.scheduler, cfg.kv_cache, 1)
     usable = int(81090 * 2**20 * 0.9)  # of the total cudaMemGetInfo reports

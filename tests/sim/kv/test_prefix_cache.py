@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.config import SchedulerConfig
+from sim.kv.manager import PagedKVCache
 from sim.kv.prefix import PrefixPool, block_hashes
-from sim.kv_cache import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers import SCHEDULERS
 from sim.state import FINISHED, RequestTable
 
-TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / \
+TRACE = Path(__file__).resolve().parents[3] / ".." / "shared" / "traces" / \
     "mooncake_conversation.csv"
 
 

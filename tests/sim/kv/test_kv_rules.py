@@ -1,12 +1,12 @@
-"""Each engine's rule for its KV-cache memory (``sim.kv_rules``), by hand."""
+"""Each engine's rule for its KV-cache memory (``sim.kv.rules``), by hand."""
 
 from __future__ import annotations
 
 import pytest
 
 from sim.builders import plain, replica_memory_budget
-from sim.kv_rules import sglang_mem_fraction_static, startup_lines
-from sim.memory import GIB, forward_activation_bytes
+from sim.kv.budget import GIB, forward_activation_bytes
+from sim.kv.rules import sglang_mem_fraction_static, startup_lines
 
 MIB = 2**20
 CUDA_TOTAL = 81090 * MIB  # conf/hardware/h100_sxm.yaml: what cudaMemGetInfo reports
