@@ -22,7 +22,7 @@ from analysis.capacity_config import LOWER_BOUNDED
 from analysis.inputs import check_warmup
 from analysis.steady import steady_metrics, throughput_ratio, warmup_cut
 from scenarios import requests_for_seed
-from sim.engine import simulate
+from sim.engine.run import simulate
 
 log = logging.getLogger("capacity")
 # metrics every evaluation reports, besides those its SLO bounds

@@ -12,7 +12,7 @@ system prompts. The cluster: ``--replicas`` replicas behind the prefix-affinity 
 caching, a KV cache small enough to preempt, replica failures (mean 1 h between failures per
 replica, 2 min repairs, at most 3 retries per request), one straggler in eight running 1.5x
 slower in 5-minute episodes, ``timeline=false`` (step totals, not a row per step), and
-``check_invariants=true`` (``sim.invariants``: KV accounting, batch limits, queue states,
+``check_invariants=true`` (``sim.engine.invariants``: KV accounting, batch limits, queue states,
 timestamps, tokens and conservation after every step).
 
 It ends by checking that every request is accounted for (completed, rejected with a reason or

@@ -1,4 +1,4 @@
-"""Fit a backend's frontend costs (``sim.frontend``) on measured benchmark runs.
+"""Fit a backend's frontend costs (``sim.engine.frontend``) on measured benchmark runs.
 
 The four costs — per request and per prompt token (admission), per streamed token, and the
 request path's fixed latency — and optionally the per-step host overhead and the
@@ -25,7 +25,7 @@ from scipy.optimize import least_squares
 
 from calibration.bench_replay import error_table, plan_run, replay
 from calibration.bench_runs import BenchRun
-from sim.frontend import FRONTEND_KEYS
+from sim.engine.frontend import FRONTEND_KEYS
 
 FIT_METRICS = ("mean_ttft_ms", "median_ttft_ms", "request_throughput", "mean_tpot_ms",
                "mean_itl_ms")

@@ -52,7 +52,7 @@ from scenarios import WorkloadError, requests_for_seed
 from sim.builders import pool_memory_budgets
 from sim.config.diffusion_cluster import cluster_kind
 from sim.diffusion.run import simulate_diffusion, simulate_mixed
-from sim.engine import simulate
+from sim.engine.run import simulate
 from sim.errors import INTERRUPTED_EXIT_CODE, OUTPUT_ERROR_EXIT_CODE, ConfigError, OutputError
 from sim.job_process import (
     DONE,

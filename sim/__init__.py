@@ -3,7 +3,7 @@
 Public entry: ``simulate(cfg, requests) -> Records``.
 """
 
-from sim.engine import simulate
+from sim.engine.run import simulate
 from sim.records import Records
 
 __all__ = ["Records", "simulate"]

@@ -26,8 +26,8 @@ from sim.cost.eager import eager_launch_s
 from sim.cost.host import KEYS as HOST_KEYS
 from sim.cost.host import HostCosts
 from sim.cost.roofline import shared_calibration
+from sim.engine.frontend import FRONTEND_KEYS, FrontendCosts
 from sim.errors import ConfigError
-from sim.frontend import FRONTEND_KEYS, FrontendCosts
 from sim.kv.budget import GIB, MemoryBudget, kv_dtype_bytes, memory_budget
 from sim.kv.manager import PagedKVCache, build_kv_cache
 from sim.model.weights import active_parameter_count, parameter_count
@@ -69,9 +69,10 @@ def calibration_of(cfg) -> tuple:
 
 
 def build_frontend_costs(cfg) -> FrontendCosts:
-    """The API server's costs (``sim.frontend``): each ``backend.frontend`` key, or where it is
-    null the calibrated file's ``frontend:`` block (none under ``cost_model=constant``, whose
-    runs check queueing theory: a frontend there is only what the config sets)."""
+    """The API server's costs (``sim.engine.frontend``): each ``backend.frontend`` key, or
+    where it is null the calibrated file's ``frontend:`` block (none under
+    ``cost_model=constant``, whose runs check queueing theory: a frontend there is only what
+    the config sets)."""
     given = getattr(cfg.backend, "frontend", None)
     calibrated = {}
     if cfg.cost_model.name == "roofline":
@@ -136,8 +137,8 @@ def replica_memory_budget(cfg) -> MemoryBudget:
 
 def pool_configs(cfg) -> dict[str, SimpleNamespace]:
     """The plain config of a replica of each pool: ``mixed``, or ``prefill`` and ``decode`` in
-    a disaggregated cluster, each with its own tensor-parallel size (as ``sim.cluster`` builds
-    them)."""
+    a disaggregated cluster, each with its own tensor-parallel size (as
+    ``sim.engine.cluster`` builds them)."""
     cfg = plain(cfg)
     c = cfg.cluster
     if not c.disaggregated:

@@ -72,7 +72,7 @@ class Terminated(KeyboardInterrupt):
 
 def sigterm_interrupts(signum, frame) -> None:
     """The SIGTERM handler of a command: raise ``Terminated``, as Ctrl-C raises
-    ``KeyboardInterrupt``; ``sim.engine`` takes it over while simulating, as it does
+    ``KeyboardInterrupt``; ``sim.engine.run`` takes it over while simulating, as it does
     SIGINT's, to stop between two events."""
     raise Terminated
 

@@ -24,7 +24,7 @@ import cli.app
 from analysis.files import atomic_write, save_figure
 from analysis.report import run_is_complete
 from scenarios import requests_for_seed
-from sim.engine import simulate
+from sim.engine.run import simulate
 
 N = 200
 FINISHED = ("completed", "rejected")

@@ -1,6 +1,6 @@
 """Runs an LLM simulation in the compiled event loop (``sim.compiled.kernel``) where it applies.
 
-The SimPy engine (``sim.replica``, ``sim.schedulers``, ``sim.cost``) is the reference and
+The SimPy engine (``sim.engine.replica``, ``sim.schedulers``, ``sim.cost``) is the reference and
 serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a million requests
 take minutes; the compiled loop does the same work in microseconds per step for the
 configurations most runs use: one pool of replicas (one, or several behind the
@@ -21,8 +21,8 @@ import numpy as np
 from sim.compiled import kernel as K
 from sim.compiled import step_schedule as S
 from sim.compiled.pricing import Prices, packable
+from sim.engine.replica import TIMELINE_COLUMNS
 from sim.errors import ConfigError
-from sim.replica import TIMELINE_COLUMNS
 from sim.schedulers import SCHEDULERS
 from sim.state import REJECTED
 
@@ -105,7 +105,7 @@ class CompiledPool:
         # per request its client's next one and that one's think time; a heap of releases
         # (time, creation stamp, request)
         # (a request is in it once at most: n + id is its entry through its replica's
-        # frontend); and the frontends (sim.frontend): per request its admission time and
+        # frontend); and the frontends (sim.engine.frontend): per request its admission time and
         # when it reached an engine, per replica when its server is free, and
         # (per output token, latency, on)
         c = run.cluster

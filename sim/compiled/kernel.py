@@ -6,7 +6,7 @@ schedules its next batch at once) — until every request has ended, the timelin
 ``max_ended`` requests have ended in total, or a step needs a price row that
 ``sim.compiled.pricing.Prices`` has not filled yet (it then returns with that step scheduled
 but not priced, and prices it first when called again). It does in compiled code what
-``sim.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler`` (FCFS, recompute
+``sim.engine.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler`` (FCFS, recompute
 preemption, no prefix cache; ``sim.compiled.step_schedule``), ``RooflineCostModel.step_cost``
 (``sim.compiled.step_price``; numba's cache does not see a change there, so one here goes
 with it), the engine's ``_Arrivals`` (open-loop arrivals, closed-loop
@@ -53,7 +53,7 @@ def _before(t1, s1, t2, s2):
 @njit(cache=True)
 def _stamp(st):
     """A new creation stamp: events due at one time run in the order they were created, as
-    SimPy runs the events it schedules for one time (``sim.engine``, ``sim.replica``)."""
+    SimPy runs the events it schedules for one time (``sim.engine.run``, ``sim.engine.replica``)."""
     st[STAMP] += 1
     return st[STAMP]
 

@@ -3,7 +3,7 @@
 The same model on the same GPU runs at different speeds under vLLM, SGLang and TensorRT-LLM
 (different kernels, host overheads and API servers), so the calibrated parameters are per
 (``hardware.calibration``, ``backend.name``): ``sim/cost/calibrated/<hardware>/<backend>.yaml``.
-``backend.frontend`` is the engine's API server (``sim.frontend``).
+``backend.frontend`` is the engine's API server (``sim.engine.frontend``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ BACKENDS = ("vllm", "sglang", "trtllm")
 
 @dataclass
 class FrontendConfig:
-    """The API server's costs (``sim.frontend``); None: the calibrated file's ``frontend:``
+    """The API server's costs (``sim.engine.frontend``); None: the calibrated file's ``frontend:``
     block (0 under ``cost_model=constant`` or where the file has none)."""
 
     per_request_ms: float | None = None  # HTTP handling and request set-up, per request

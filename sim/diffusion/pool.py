@@ -17,7 +17,7 @@ and its completed steps and queues again; it may resume on another node and gang
 Node failures (``cluster.failure``) are ``sim.diffusion.failures``. A job no gang size can
 run (no valid plan) is rejected at arrival. Closed-loop jobs (``client``, ``think_time_s``
 columns; NaN arrivals) are released their think time after the same client's previous job
-ended, as LLM requests are (``sim.engine``).
+ended, as LLM requests are (``sim.engine.run``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from sim.diffusion.records import (
 )
 from sim.diffusion.timings import Timings
 from sim.diffusion.unit import Unit
-from sim.engine import next_of_client
+from sim.engine.run import next_of_client
 
 
 class NodePool:
@@ -86,7 +86,7 @@ class NodePool:
         self.done = env.event()
         self.checker = None
         if check_invariants:
-            from sim.invariants import PoolChecker
+            from sim.engine.invariants import PoolChecker
             self.checker = PoolChecker(self)
         for node in range(self.n):
             self.log_node(node)

@@ -1,6 +1,6 @@
 """The simulation calls of the diffusion side: ``simulate_diffusion`` (``cluster=diffusion``)
 and ``simulate_mixed`` (``cluster=mixed``: LLM replicas and diffusion nodes in one SimPy
-environment). Like ``sim.engine.simulate`` they take tables (the job table of
+environment). Like ``sim.engine.run.simulate`` they take tables (the job table of
 ``scenarios.diffusion.build_jobs``, columns ``sim.diffusion.job.JOB_COLUMNS``) and return
 records; they import neither scenarios nor analysis. A job's ``height``, ``width`` or
 ``frames`` of 0 is its pipeline's default (``sim.diffusion.shapes.resolve_sizes``), filled in
@@ -20,7 +20,7 @@ from sim.diffusion.job import DiffusionCost
 from sim.diffusion.pool import NodePool
 from sim.diffusion.records import DiffusionRecords
 from sim.diffusion.shapes import Pipelines, resolve_sizes
-from sim.engine import build_llm, llm_records, run_until, unfinished_rows
+from sim.engine.run import build_llm, llm_records, run_until, unfinished_rows
 from sim.errors import ConfigError
 from sim.records import Records
 

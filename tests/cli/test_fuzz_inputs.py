@@ -32,7 +32,7 @@ from analysis.metrics import summarize
 from cli.preflight import compose_or_exit
 from cli.validation import validate_config
 from scenarios import WorkloadError, requests_for_seed
-from sim.engine import simulate
+from sim.engine.run import simulate
 from sim.errors import ConfigError
 from sim.hf_config import READERS, model_fields
 

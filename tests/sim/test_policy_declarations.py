@@ -11,8 +11,8 @@ import pytest
 from analysis.capacity import _chunk_overrides
 from sim.compiled.core import scheduler_not_compiled
 from sim.config import ModelConfig, SchedulerConfig, check_scheduler
+from sim.engine.invariants import step_limits
 from sim.errors import ConfigError
-from sim.invariants import step_limits
 from sim.registry import by_name
 from sim.routers import ROUTERS
 from sim.schedulers import SCHEDULERS

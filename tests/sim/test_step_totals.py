@@ -11,8 +11,8 @@ import pytest
 from analysis.metrics import step_metrics, summarize
 from analysis.report import write_tables
 from sim import simulate
+from sim.engine.replica import TIMELINE_COLUMNS
 from sim.records import ColumnBuffer, StepTotals
-from sim.replica import TIMELINE_COLUMNS
 
 SMALL = ["workload.num_requests=300", "workload.rate=8"]
 CASES = {

@@ -16,7 +16,7 @@ from analysis.metrics import step_metrics
 from analysis.plots import write_plots
 from scenarios import requests_for_seed
 from sim import simulate
-from sim.replica import TIMELINE_COLUMNS
+from sim.engine.replica import TIMELINE_COLUMNS
 
 CASES = {
     "compiled": ["workload.num_requests=300"],
@@ -93,12 +93,12 @@ def test_a_replica_holds_at_most_a_row_group(tmp_path):
 
 def test_a_failed_run_leaves_no_timeline(tmp_path, monkeypatch):
     cfg = config("workload.num_requests=50", "engine=python")
-    import sim.engine
+    import sim.engine.run
 
     def boom(*a, **k):
         raise RuntimeError("stop")
 
-    monkeypatch.setattr(sim.engine, "run_until", boom)
+    monkeypatch.setattr(sim.engine.run, "run_until", boom)
     with pytest.raises(RuntimeError, match="stop"):
         simulate(cfg, requests_for_seed(cfg.workload, 0),
                  timeline_path=tmp_path / "timeline.parquet")

@@ -182,7 +182,7 @@ def _ids(hash_ids) -> np.ndarray:
 
 def _sched(prompts, outputs, hash_ids, num_blocks, block_size=16, name="vllm", **cfg):
     """A scheduler over a prefix-caching cache whose requests without ids have blocks of
-    their own (as ``sim.cluster`` sets it up)."""
+    their own (as ``sim.engine.cluster`` sets it up)."""
     t = RequestTable(np.zeros(len(prompts)), np.array(prompts), np.array(outputs))
     kv = PagedKVCache(num_blocks + 1, block_size, len(prompts), prefix_caching=True)
     kv.set_prefix_source(_ids(hash_ids), trace_block=block_size,

@@ -67,7 +67,7 @@ def step():
     return _step
 
 
-# the engine's own semantics: no API server in front (tests of sim.frontend set their own)
+# the engine's own semantics: no API server in front (tests of sim.engine.frontend set their own)
 WIRE = FrontendConfig(per_request_ms=0.0, per_prompt_token_us=0.0, per_output_token_us=0.0,
                       latency_ms=0.0)
 

@@ -1,4 +1,4 @@
-"""Behaviour that holds for the real designs, through ``sim.engine.simulate`` (issue 4)."""
+"""Behaviour that holds for the real designs, through ``sim.engine.run.simulate`` (issue 4)."""
 
 from __future__ import annotations
 

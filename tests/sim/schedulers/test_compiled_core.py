@@ -338,7 +338,7 @@ def test_host_costs_are_the_same_in_both_engines(tiny_config, requests, kv):
 @pytest.mark.parametrize("replicas", [1, 3])
 @pytest.mark.parametrize("case", ["burst", "closed_loop", "streaming_only", "latency_only"])
 def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, replicas):
-    """Each replica's API server (``sim.frontend``): a burst queues there, streaming delays
+    """Each replica's API server (``sim.engine.frontend``): a burst queues there, streaming delays
     what clients see and the admissions behind it, closed-loop clients send their next
     request once they saw the end; requests too long to serve are refused before it."""
     rng = np.random.default_rng(7)

@@ -8,9 +8,9 @@ import simpy
 
 from sim.config import SchedulerConfig
 from sim.cost import ConstantCostModel
+from sim.engine.replica import Replica
 from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
-from sim.replica import Replica
 from sim.schedulers import sglang
 from sim.schedulers.sglang import SglangScheduler
 from sim.state import RequestTable

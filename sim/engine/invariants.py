@@ -57,8 +57,8 @@ from sim.state import (
 )
 
 if TYPE_CHECKING:
-    from sim.cluster import Cluster
-    from sim.replica import Replica
+    from sim.engine.cluster import Cluster
+    from sim.engine.replica import Replica
     from sim.schedulers.base import Batch
 
 _EMPTY = np.empty(0, np.int64)
@@ -76,7 +76,7 @@ def _ids(queue) -> np.ndarray:
 
 
 class InvariantChecker:
-    """Checks the state of a ``sim.cluster.Cluster`` and raises on the first violation."""
+    """Checks the state of a ``sim.engine.cluster.Cluster`` and raises on the first violation."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -244,7 +244,7 @@ class InvariantChecker:
                 if rep.up:
                     s = rep.scheduler
                     places += [(_ids(s.waiting), None, None), (_ids(s.running), None, None)]
-                # routed here, still in its frontend (sim.frontend)
+                # routed here, still in its frontend (sim.engine.frontend)
                 places.append((_ids(rep.in_frontend), pool.table, PENDING))
             places.append((np.asarray(pool.parked, np.int64), pool.table, PENDING))
         if c.disagg is not None:

@@ -1,4 +1,4 @@
-"""The API server in front of each replica (``sim.frontend``): a FIFO of admissions and
+"""The API server in front of each replica (``sim.engine.frontend``): a FIFO of admissions and
 streamed steps whose time adds to what clients see, not to engine time."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from sim import simulate
 from sim.builders import build_frontend_costs, check_config
+from sim.engine.frontend import FrontendCosts, FrontendServer
 from sim.errors import ConfigError
-from sim.frontend import FrontendCosts, FrontendServer
 
 
 def md1_mean_sojourn(service_s: float, rho: float) -> float:

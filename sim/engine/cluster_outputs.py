@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.cluster import Cluster
-from sim.faults import fault_meta
+from sim.engine.cluster import Cluster
+from sim.engine.faults import fault_meta
+from sim.engine.replica import TIMELINE_COLUMNS
 from sim.records import ColumnBuffer
-from sim.replica import TIMELINE_COLUMNS
 
 
 def cluster_timeline(cluster: Cluster) -> pd.DataFrame:

@@ -33,12 +33,12 @@ import pandas as pd
 import simpy
 from simpy.core import EmptySchedule
 
-from sim.cluster import Cluster
-from sim.cluster_outputs import cluster_timeline, run_meta, step_totals
 from sim.compiled.core import PROGRESS_EVERY, CompiledPool, why_not_compiled
+from sim.engine.cluster import Cluster
+from sim.engine.cluster_outputs import cluster_timeline, run_meta, step_totals
+from sim.engine.replica import TIMELINE_COLUMNS
 from sim.errors import sigterm_interrupts
 from sim.records import LogHistogram, Records
-from sim.replica import TIMELINE_COLUMNS
 from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable, check_releases
 from sim.timeline_file import TimelineFile
 

@@ -9,7 +9,7 @@ import simpy
 
 from analysis.metrics import summarize
 from sim import simulate
-from sim.cluster import Cluster
+from sim.engine.cluster import Cluster
 from sim.records import LogHistogram
 from sim.state import RequestTable
 

@@ -2,7 +2,7 @@
 
 A *pool* is a set of identical replicas behind one router. A plain cluster has one pool
 (``mixed``) of ``cluster.replicas`` replicas. ``cluster.disaggregated`` makes two: requests
-are prefilled in the ``prefill`` pool, their KV cache moves over a link (``sim.disagg``),
+are prefilled in the ``prefill`` pool, their KV cache moves over a link (``sim.engine.disagg``),
 and a ``decode`` replica generates their tokens. Every replica of a run shares one request
 table per pool and one per-request KV ``held`` array (a request is on one replica at a
 time), so memory does not grow with replicas × requests.
@@ -15,12 +15,12 @@ replica of the pool up they wait for the first repair. A request fails instead (
 ``failed``) when its replicas have failed more than ``failure.max_retries`` times
 (``retries_exhausted``), or when every replica of its pool is lost for good
 (``no_replica_left``), so every request ends completed, rejected or failed. Stragglers and
-link degradation are in ``sim.faults``.
+link degradation are in ``sim.engine.faults``.
 
 Random streams are children of ``SeedSequence(seed)`` with their own spawn keys: arrivals 0
 and lengths 1 (``scenarios``), routing ``(2, pool)``, failures ``(4, replica)``, stragglers
-5 and the KV link 6 (``sim.faults``), so turning routing or faults on leaves the requests
-unchanged. With ``check_invariants`` every step is checked (``sim.invariants``).
+5 and the KV link 6 (``sim.engine.faults``), so turning routing or faults on leaves the requests
+unchanged. With ``check_invariants`` every step is checked (``sim.engine.invariants``).
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from sim.builders import (
     pool_tp_field,
 )
 from sim.config import check_cluster
-from sim.disagg import Disaggregation
+from sim.engine.disagg import Disaggregation
+from sim.engine.faults import link_schedule, stragglers
+from sim.engine.frontend import FrontendServer
+from sim.engine.invariants import InvariantChecker
+from sim.engine.replica import TIMELINE_COLUMNS, Replica
 from sim.errors import ConfigError
-from sim.faults import link_schedule, stragglers
-from sim.frontend import FrontendServer
-from sim.invariants import InvariantChecker
 from sim.records import LogHistogram
-from sim.replica import TIMELINE_COLUMNS, Replica
 from sim.routers import ROUTERS, PoolView, Router
 from sim.state import (
     NO_REPLICA_LEFT,
@@ -117,7 +117,7 @@ class Cluster:
         if c.link_degradation.mtbd_s is not None and not c.disaggregated:
             log.warning("cluster.link_degradation is ignored: the cluster is not "
                         "disaggregated (no KV transfers)")
-        # each replica's API server (sim.frontend), None when it costs nothing
+        # each replica's API server (sim.engine.frontend), None when it costs nothing
         self.frontend_costs = build_frontend_costs(self.cfg)
         self.engine_arrival = None if self.frontend_costs.is_wire else \
             np.full(table.size, np.nan)

@@ -1,7 +1,7 @@
 """Property tests over random small configurations: conservation, accounting, fast-forward.
 
 Every run here has ``check_invariants`` on, so the simulator also checks KV accounting,
-batch limits, timestamps and conservation after each of its steps (``sim.invariants``); the
+batch limits, timestamps and conservation after each of its steps (``sim.engine.invariants``); the
 cluster runs add replica failures with retry limits and permanent losses, stragglers and a
 degraded KV link.
 """

@@ -116,7 +116,7 @@ def test_a_transfer_cut_by_its_decode_replicas_failure_is_sent_again(compose_cfg
     are checked throughout (a request is on the link or parked, never both)."""
     import simpy
 
-    from sim.cluster import Cluster
+    from sim.engine.cluster import Cluster
     from sim.records import LogHistogram
     from sim.state import FINISHED, RequestTable
 

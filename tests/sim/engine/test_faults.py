@@ -13,9 +13,9 @@ from scipy.optimize import brentq
 
 from analysis.metrics import summarize
 from sim import simulate
-from sim.cluster import Cluster
+from sim.engine.cluster import Cluster
+from sim.engine.faults import Episodes, LinkSchedule
 from sim.errors import ConfigError
-from sim.faults import Episodes, LinkSchedule
 from sim.kv.budget import kv_bytes_per_token
 from sim.records import LogHistogram
 from sim.state import FAILED, FINISHED, RequestTable

@@ -3,10 +3,10 @@
 A replica can fail (``fail``: the step in progress is lost, the replica sleeps until
 ``restart`` gives it a fresh scheduler) and a request routed to it during a fast-forwarded
 decode window cuts the window at the next step boundary, exactly where step-by-step
-simulation would first see the request. A straggler (``speed``, ``sim.faults``) multiplies
+simulation would first see the request. A straggler (``speed``, ``sim.engine.faults``) multiplies
 the time of every step by the factor in force when the step starts; a decode window ends at
 the first step boundary at or after the factor changes. With ``check`` (an
-``sim.invariants.InvariantChecker``) the state is checked after every step and window.
+``sim.engine.invariants.InvariantChecker``) the state is checked after every step and window.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import numpy as np
 import simpy
 
 from sim.cost.base import BOUNDS, CostModel, StepCost
-from sim.faults import SpeedSchedule
-from sim.frontend import FrontendServer
+from sim.engine.faults import SpeedSchedule
+from sim.engine.frontend import FrontendServer
 from sim.records import ColumnBuffer, StepTotals
 from sim.schedulers.base import TokenBudgetScheduler
 
 if TYPE_CHECKING:
-    from sim.invariants import InvariantChecker
+    from sim.engine.invariants import InvariantChecker
 
 TIMELINE_COLUMNS = {
     "time_s": "f8", "step_time_s": "f8", "batch_size": "i4", "scheduled_tokens": "i4",

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import simpy
 
-import sim.invariants
+import sim.engine.invariants
 from sim import simulate
-from sim.cluster import Cluster
+from sim.engine.cluster import Cluster
 from sim.errors import InvariantError
 from sim.records import LogHistogram
 from sim.schedulers.base import Batch, TokenBudgetScheduler
@@ -218,13 +218,13 @@ def test_the_checker_runs_after_steps_and_windows_only_when_on(compose_cfg, requ
                                                                monkeypatch):
     calls = {"after_step": 0, "after_window": 0}
     for name in calls:
-        original = getattr(sim.invariants.InvariantChecker, name)
+        original = getattr(sim.engine.invariants.InvariantChecker, name)
 
         def counting(self, *args, _name=name, _original=original):
             calls[_name] += 1
             return _original(self, *args)
 
-        monkeypatch.setattr(sim.invariants.InvariantChecker, name, counting)
+        monkeypatch.setattr(sim.engine.invariants.InvariantChecker, name, counting)
     cfg = compose_cfg(*CONSTANT, "workload.num_requests=30")
     req = requests_for(cfg)
     simulate(cfg, req)
@@ -244,7 +244,7 @@ def test_whole_cluster_checks_thin_out_with_the_run_size(compose_cfg, requests_f
     """Every step checks what it touched; the whole-cluster scan runs every
     ⌈requests / FULL_CHECK_REQUESTS⌉-th step and at the end, so it still catches a request
     that no step touches (here: corrupted by the last completion) at the end of the run."""
-    monkeypatch.setattr(sim.invariants, "FULL_CHECK_REQUESTS", 10)
+    monkeypatch.setattr(sim.engine.invariants, "FULL_CHECK_REQUESTS", 10)
     cfg = compose_cfg(*CONSTANT, "workload.num_requests=60", "check_invariants=true")
     req = requests_for(cfg)
     rec = simulate(cfg, req)
@@ -264,7 +264,7 @@ def test_whole_cluster_checks_thin_out_with_the_run_size(compose_cfg, requests_f
     monkeypatch.setattr(TokenBudgetScheduler, "_finish", overcounting)
     # whole-cluster scans only at the first step and the end: the last step's own check
     # looks at its batch only
-    monkeypatch.setattr(sim.invariants, "FULL_CHECK_REQUESTS", 1e-3)
+    monkeypatch.setattr(sim.engine.invariants, "FULL_CHECK_REQUESTS", 1e-3)
     with pytest.raises(InvariantError, match="at the end of the run"):
         simulate(cfg, req)
 
@@ -277,8 +277,8 @@ def test_an_error_in_the_step_that_ends_the_run_is_not_lost(compose_cfg, request
         if (self.cluster.table.status == FINISHED).all():
             raise RuntimeError("broken after the last step")
 
-    monkeypatch.setattr(sim.invariants.InvariantChecker, "after_step", broken)
-    monkeypatch.setattr(sim.invariants.InvariantChecker, "after_window", broken)
+    monkeypatch.setattr(sim.engine.invariants.InvariantChecker, "after_step", broken)
+    monkeypatch.setattr(sim.engine.invariants.InvariantChecker, "after_window", broken)
     cfg = compose_cfg(*CONSTANT, "workload.num_requests=10", "check_invariants=true")
     with pytest.raises(RuntimeError, match="broken after the last step"):
         simulate(cfg, requests_for(cfg))

@@ -16,7 +16,7 @@ is sent again to another one (unless the request has used up its retries), and a
 request fails (``no_replica_left``) when every decode replica is lost for good.
 
 With ``cluster.link_degradation`` the link has episodes of lower bandwidth and added latency
-(``sim.faults.LinkSchedule``): a transfer's data moves piecewise at the bandwidth in force at
+(``sim.engine.faults.LinkSchedule``): a transfer's data moves piecewise at the bandwidth in force at
 each instant, and the added latency counts when the transfer starts inside an episode.
 """
 
@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 
 from sim.cost.base import BOUNDS
-from sim.faults import LinkSchedule
+from sim.engine.faults import LinkSchedule
+from sim.engine.replica import TIMELINE_COLUMNS
 from sim.kv.budget import kv_bytes_per_token
 from sim.records import ColumnBuffer
-from sim.replica import TIMELINE_COLUMNS
 from sim.state import NO_REPLICA_LEFT, TRANSFERRING
 
 KIND_KV_TRANSFER = 1  # code of a transfer in the timeline's ``kind`` column (0: a step)
