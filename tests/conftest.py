@@ -6,7 +6,10 @@ import logging
 import os
 
 import pytest
+from hydra import compose, initialize_config_module
 from hypothesis import settings
+
+import conf.schema  # noqa: F401  (registers the config schemas)
 
 # Property tests draw the same examples on every run (CI and local), so a run's time and
 # verdict are reproducible: a random draw once hit a cluster scenario whose replicas fail
@@ -35,3 +38,14 @@ def restore_logging():
         lg = logging.getLogger(name)
         if lg not in saved and isinstance(lg, logging.Logger):
             lg.handlers.clear()
+
+
+@pytest.fixture
+def compose_cfg():
+    """Compose the project's config with overrides, as ``python -m sim`` would."""
+
+    def _compose(*overrides: str):
+        with initialize_config_module("conf", version_base=None):
+            return compose("config", overrides=list(overrides))
+
+    return _compose

@@ -1,25 +1,12 @@
-"""Helpers of the simulator tests: composed configs, tiny models, request tables."""
+"""Helpers of the simulator tests: request tables (compose_cfg is in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_module
 
-import conf.schema  # noqa: F401  (registers the config schemas)
 from scenarios import requests_for_seed
-
-
-@pytest.fixture
-def compose_cfg():
-    """Compose the project's config with overrides, as ``python -m sim`` would."""
-
-    def _compose(*overrides: str):
-        with initialize_config_module("conf", version_base=None):
-            return compose("config", overrides=list(overrides))
-
-    return _compose
 
 
 def _requests_for(cfg, seed: int = 0) -> pd.DataFrame:
