@@ -5,8 +5,9 @@ serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a millio
 take minutes; the compiled loop does the same work in microseconds per step for the
 configurations most runs use: one pool of replicas (one, or several behind the
 ``round_robin`` or ``least_outstanding`` router), a policy whose class declares a
-``fast_path`` with the values it runs (the vLLM scheduler under FCFS, Sarathi-Serve,
-TensorRT-LLM, SGLang, Orca: recompute preemption, no prefix cache), the roofline cost model on
+``fast_path`` with the values it runs (the vLLM scheduler under FCFS or priority order,
+earliest-deadline-first, Sarathi-Serve, TensorRT-LLM, SGLang, Orca: recompute preemption, no
+prefix cache), the roofline cost model on
 one pipeline stage with full GQA attention in every layer, no faults, ITL kept as a
 histogram, no invariant checks; open-loop arrivals and closed-loop clients alike.
 ``engine: auto`` (the default) takes it wherever that holds; ``engine: python`` always runs
@@ -19,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.compiled import kernel as K
+from sim.compiled import keyed_queue as Q
 from sim.compiled import step_schedule as S
 from sim.compiled.pricing import Prices, packable
 from sim.engine.replica import TIMELINE_COLUMNS
@@ -33,8 +35,10 @@ PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar,
 
 ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING}
 # the policies sim.compiled.step_schedule writes out (each class's fast_path says with what)
-POLICIES = {"vllm": S.VLLM, "sarathi": S.SARATHI, "trtllm": S.TRTLLM, "sglang": S.SGLANG,
-            "orca": S.ORCA}
+POLICIES = {"vllm": S.VLLM, "edf": S.VLLM, "sarathi": S.SARATHI, "trtllm": S.TRTLLM,
+            "sglang": S.SGLANG, "orca": S.ORCA}
+# a scheduler's waiting_order, as sim.compiled.keyed_queue numbers it
+ORDERS = {"arrival": Q.FCFS, "priority": Q.PRIORITY, "deadline": Q.DEADLINE}
 
 
 def scheduler_not_compiled(sched_cfg) -> str:
@@ -125,10 +129,18 @@ class CompiledPool:
         ids = lambda: np.zeros((R, m), np.int64)  # noqa: E731
         # per replica: state, (step start, end, SGLang's ratio), running, batch ids, new and
         # cached tokens;
-        # the waiting queues' links; what is left to happen at this instant (kernel._now_queue);
+        # the waiting queues' links (and keys, under a keyed order: sim.compiled.keyed_queue);
+        # what is left to happen at this instant (kernel._now_queue);
         # the heap of the busy replicas' step ends (time, stamp, replica)
-        self.pool = (rs, rf, ids(), ids(), ids(), ids(),
-                     np.zeros(t.size, np.int64), np.zeros(R + t.size + 1, np.int64),
+        order = ORDERS[s.waiting_order]
+        keyed = t.size if order != Q.FCFS else 0
+        base = (np.asarray(t.priority, np.float64) if order == Q.PRIORITY
+                else np.asarray(t.ttft_slo, np.float64) if order == Q.DEADLINE
+                else np.zeros(0))
+        waiting = (np.zeros(t.size, np.int64), np.full(keyed, -1, np.int64), np.zeros(keyed),
+                   np.zeros(keyed), base)
+        self.pool = (rs, rf, ids(), ids(), ids(), ids(), waiting,
+                     np.zeros(R + t.size + 1, np.int64),
                      (np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64)))
         self.state = np.zeros(K.NUM_STATE, np.int64)
         self.state[K.PENDING] = -1
@@ -138,7 +150,7 @@ class CompiledPool:
                              int(sched.enable_chunked_prefill), kv.block_size, kv.num_blocks,
                              POLICIES[sched.name],
                              int(sched.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"),
-                             sched.chunk_size], np.int64)
+                             sched.chunk_size, order], np.int64)
         self.scratch = (np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64),
                         np.zeros(m), np.zeros(8), np.zeros(5))  # want, need, emit, gaps, x, cost
         cols = list(TIMELINE_COLUMNS.values())[:-1] + ["i4"]  # swap_s is 0; + replica

@@ -6,8 +6,9 @@ schedules its next batch at once) — until every request has ended, the timelin
 ``max_ended`` requests have ended in total, or a step needs a price row that
 ``sim.compiled.pricing.Prices`` has not filled yet (it then returns with that step scheduled
 but not priced, and prices it first when called again). It does in compiled code what
-``sim.engine.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler`` (FCFS, recompute
-preemption, no prefix cache; ``sim.compiled.step_schedule``), ``RooflineCostModel.step_cost``
+``sim.engine.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler`` (FCFS or a
+keyed order, recompute preemption, no prefix cache; ``sim.compiled.step_schedule``) and the
+other compiled policies, ``RooflineCostModel.step_cost``
 (``sim.compiled.step_price``; numba's cache does not see a change there, so one here goes
 with it), the engine's ``_Arrivals`` (open-loop arrivals, closed-loop
 clients' follow-ups) and the cluster's ``round_robin`` and ``least_outstanding`` routers do,
@@ -32,6 +33,7 @@ import math
 from numba import njit
 
 from sim.compiled import step_schedule as S
+from sim.compiled.keyed_queue import queue
 from sim.compiled.step_price import price_step
 
 # ``run``'s return codes
@@ -157,7 +159,7 @@ def _route(rs, st, router):
 
 
 @njit(cache=True)
-def _arrive(rid, now, t, refusal, clients, router, pool, st):
+def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
     """``rid`` reaches the pool at ``now``: rejected with its reason, or routed and queued,
     waking its replica if idle (``_Arrivals.release``, ``Cluster.route``)."""
     rs, instant = pool[0], pool[7]
@@ -179,23 +181,23 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st):
         if at != now:
             _heap_push(clients[2], st, now + (at - now), len(t[0]) + rid)
             return
-    _enter(rid, r, pool, st, t)
+    _enter(rid, r, pool, st, t, cfg)
 
 
 @njit(cache=True)
-def _enter(rid, r, pool, st, t):
-    """``rid`` reaches replica ``r``'s scheduler: queued, waking the replica if idle
-    (``Replica.accept``)."""
-    rs, wnext, instant = pool[0], pool[6], pool[7]
+def _enter(rid, r, pool, st, t, cfg):
+    """``rid`` reaches replica ``r``'s scheduler: queued in its order, waking the replica if
+    idle (``Replica.accept``)."""
+    rs, waiting, instant = pool[0], pool[6], pool[7]
     t[6][rid] = S.WAITING
-    S.wait_append(rs[r], wnext, rid)
+    queue(rs[r], waiting, rid, t[0], cfg)
     if rs[r, S.PHASE] == IDLE:
         rs[r, S.PHASE] = WOKEN
         _now_queue(instant, st, r)
 
 
 @njit(cache=True)
-def _release_open(t, order, refusal, clients, router, pool, st):
+def _release_open(t, order, refusal, clients, router, pool, st, cfg):
     """The open-loop requests due now arrive, in order (``_Arrivals._open_loop`` releases
     those of one time in one go), then the wait for the next one begins."""
     arrival = t[0]
@@ -203,7 +205,7 @@ def _release_open(t, order, refusal, clients, router, pool, st):
     while st[CURSOR] < len(order) and arrival[order[st[CURSOR]]] == now:
         rid = order[st[CURSOR]]
         st[CURSOR] += 1
-        _arrive(rid, now, t, refusal, clients, router, pool, st)
+        _arrive(rid, now, t, refusal, clients, router, pool, st, cfg)
     st[OPEN_STAMP] = _stamp(st)
 
 
@@ -211,8 +213,8 @@ def _release_open(t, order, refusal, clients, router, pool, st):
 def _start(r, now, t, pool, st, cfg, want, need):
     """Replica ``r`` schedules its next batch at ``now``: left to be priced (``PENDING``), or
     idle until an arrival wakes it."""
-    rs, rf, running, bids, bnew, bctx, wnext = pool[:7]
-    nb = S.schedule(now, t, running[r], rs[r], rf[r], wnext, cfg, bids[r], bnew[r], bctx[r],
+    rs, rf, running, bids, bnew, bctx, waiting = pool[:7]
+    nb = S.schedule(now, t, running[r], rs[r], rf[r], waiting, cfg, bids[r], bnew[r], bctx[r],
                     want, need)
     if nb:
         rs[r, S.NB], rs[r, S.QLEN], rs[r, S.PHASE] = nb, rs[r, S.WCOUNT], PRICING
@@ -228,7 +230,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         max_ended):
     """Advance the pool (module doc); returns a code of ``DONE`` … ``STALLED``."""
     tok, head_tok, head_seq, prm, etas = prices
-    rs, rf, running, bids, bnew, bctx, wnext, instant, ends = pool
+    rs, rf, running, bids, bnew, bctx, _, instant, ends = pool
     want, need, emit, gaps, x, cost = scratch
     n = len(t[0])
     R = rs.shape[0]
@@ -292,20 +294,20 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             if item < R:
                 _start(item, now, t, pool, st, cfg, want, need)
             else:
-                _arrive(item - R, now, t, refusal, clients, router, pool, st)
+                _arrive(item - R, now, t, refusal, clients, router, pool, st, cfg)
             continue
         if kind < 0:
             return DONE if st[ENDED] == n else STALLED
         clock[0] = when
         if kind == 1:
-            _release_open(t, order, refusal, clients, router, pool, st)
+            _release_open(t, order, refusal, clients, router, pool, st, cfg)
         elif kind == 2:
             rid = heap[2][0]
             _heap_pop(heap, st)
             if rid >= n:  # through its replica's frontend
-                _enter(rid - n, t[12][rid - n], pool, st, t)
+                _enter(rid - n, t[12][rid - n], pool, st, t, cfg)
             else:
-                _arrive(rid, when, t, refusal, clients, router, pool, st)
+                _arrive(rid, when, t, refusal, clients, router, pool, st, cfg)
         else:
             _heap_remove_first(ends, st, STEPS)
             seen = when

@@ -2,7 +2,8 @@
 
 ``q`` is a replica's row of integer state (fields below), ``qf`` its row of floats, ``cfg``
 the pool's config row; a replica's waiting queue is a linked list through ``wnext`` (one
-entry per request: a request waits on one replica at a time). The operations are
+entry per request: a request waits on one replica at a time), or under a keyed order a heap
+(``sim.compiled.keyed_queue``). The operations are
 ``PagedKVCache.allocate``/``allocate_all``/``free`` and ``TokenBudgetScheduler._preempt``/
 ``_admit`` (recompute, no prefix cache) over those arrays.
 """
@@ -21,8 +22,9 @@ NUM_FIELDS = 11
 START, END, RATIO = range(3)
 WAITING, RUNNING, FINISHED, REJECTED = 1, 2, 3, 4  # sim.state's status codes
 # the replica config row: max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
-# chunked prefill, block size, blocks, policy, TensorRT-LLM's GUARANTEED_NO_EVICT, chunk_size
-POLICY, NO_EVICT, CHUNK = 6, 7, 8
+# chunked prefill, block size, blocks, policy, TensorRT-LLM's GUARANTEED_NO_EVICT, chunk_size,
+# the waiting queue's order (sim.compiled.keyed_queue: FCFS, PRIORITY, DEADLINE)
+POLICY, NO_EVICT, CHUNK, ORDER = 6, 7, 8, 9
 VLLM, SARATHI, TRTLLM, SGLANG, ORCA = 0, 1, 2, 3, 4  # policy codes (sim.compiled.core.POLICIES)
 
 

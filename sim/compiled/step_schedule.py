@@ -1,8 +1,10 @@
 """One replica's scheduler in compiled code: ``schedule`` runs the replica's policy
 (``cfg[POLICY]``), ``update`` is ``TokenBudgetScheduler.update``.
 
-vLLM (here): FCFS, chunked prefill, ``long_prefill_token_threshold``, recompute preemption
-of the most recently admitted request. Sarathi-Serve (``sim.compiled.sarathi_step``),
+vLLM (here): chunked prefill, ``long_prefill_token_threshold``, recompute preemption; FCFS
+(the most recently admitted request is the victim) or a keyed order — ``policy=priority``,
+``scheduler=edf`` — whose heap is ``sim.compiled.keyed_queue`` (the victim is the running
+request with the largest key). Sarathi-Serve (``sim.compiled.sarathi_step``),
 TensorRT-LLM (``trtllm_step``), SGLang in FCFS order (``sglang_step``) and Orca
 (``orca_step``) each in their own module. All on paged KV blocks
 (``sim.compiled.replica_rows``), in the order and with the arithmetic of the Python classes.
@@ -14,6 +16,7 @@ import math
 
 from numba import njit
 
+from sim.compiled.keyed_queue import FCFS, latest_key, wait_pop_keyed, wait_push
 from sim.compiled.orca_step import schedule_orca
 from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for kernel and core)
     CHUNK,
@@ -26,6 +29,7 @@ from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for ke
     NRUN,
     NUM_FIELDS,
     ORCA,
+    ORDER,
     OUT,
     PHASE,
     POLICY,
@@ -45,6 +49,7 @@ from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for ke
     WTAIL,
     allocate,
     fit_preempting_last,
+    release,
     wait_append,
     wait_popleft,
     want_of,
@@ -55,8 +60,10 @@ from sim.compiled.trtllm_step import schedule_trtllm
 
 
 @njit(cache=True)
-def schedule(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx, want, need):
-    """The batch of the replica's policy (``cfg[POLICY]``); returns its size."""
+def schedule(now, t, run, q, qf, waiting, cfg, bids, bnew, bctx, want, need):
+    """The batch of the replica's policy (``cfg[POLICY]``); returns its size. ``waiting`` is
+    the waiting queues' links (``sim.compiled.keyed_queue``); only vLLM's loop reads keys."""
+    wnext = waiting[0]
     if cfg[POLICY] == SGLANG:
         return schedule_sglang(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx)
     if cfg[POLICY] == SARATHI:
@@ -65,13 +72,14 @@ def schedule(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx, want, need):
         return schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx)
     if cfg[POLICY] == ORCA:
         return schedule_orca(now, t, run, q, wnext, cfg, bids, bnew, bctx)
-    return schedule_vllm(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need)
+    return schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need)
 
 
 @njit(cache=True)
-def schedule_vllm(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need):
-    """``VllmScheduler.schedule`` (FCFS, recompute): the batch into ``bids``/``bnew``/
-    ``bctx``; returns its size (0: nothing can run)."""
+def schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need):
+    """``VllmScheduler.schedule`` (recompute; FCFS, or the keyed order ``cfg[ORDER]``): the
+    batch into ``bids``/``bnew``/``bctx``; returns its size (0: nothing can run)."""
+    wnext, order = waiting[0], cfg[ORDER]
     num_tokens, computed, held, status = t[1], t[2], t[5], t[6]
     first_sched, preemptions = t[7], t[11]
     budget, max_seqs, threshold, chunked, bs = cfg[0], cfg[1], cfg[2], cfg[3], cfg[4]
@@ -114,9 +122,31 @@ def schedule_vllm(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need):
                 while i < nrun and bud - total > 0:
                     rid = run[i]
                     n = min(want_of(rid, num_tokens, computed, threshold), bud - total)
-                    fits, nrun = fit_preempting_last(rid, n, run, nrun, computed, held,
-                                                      status, preemptions, q, wnext, bs)
-                    preempted |= nrun < q[NRUN]
+                    if order == FCFS:
+                        fits, nrun = fit_preempting_last(rid, n, run, nrun, computed, held,
+                                                          status, preemptions, q, wnext, bs)
+                        preempted |= nrun < q[NRUN]
+                    else:
+                        fits = True
+                        while not allocate(rid, n, computed, held, q, bs):
+                            j = latest_key(run, nrun, waiting)
+                            victim = run[j]
+                            nrun -= 1
+                            for k in range(j, nrun):
+                                run[k] = run[k + 1]
+                            release(victim, computed, held, status, preemptions, q)
+                            wait_push(q, waiting, victim, t[0], order)
+                            preempted = True
+                            if victim == rid:
+                                fits = False
+                                break
+                            if j < i:  # scheduled earlier in this step (bids[j]): give back
+                                total -= bnew[j]
+                                nb -= 1
+                                for k in range(j, nb):
+                                    bids[k], bnew[k] = bids[k + 1], bnew[k + 1]
+                                    bctx[k] = bctx[k + 1]
+                                i -= 1
                     if not fits:
                         break
                     bids[nb], bnew[nb], bctx[nb] = rid, n, computed[rid]
@@ -135,7 +165,10 @@ def schedule_vllm(now, t, run, q, wnext, cfg, bids, bnew, bctx, want, need):
                 n = min(n, bud)
                 if not allocate(rid, n, computed, held, q, bs):
                     break
-                wait_popleft(q, wnext)
+                if order == FCFS:
+                    wait_popleft(q, wnext)
+                else:
+                    wait_pop_keyed(q, waiting)
                 status[rid] = RUNNING
                 if math.isnan(first_sched[rid]):
                     first_sched[rid] = now

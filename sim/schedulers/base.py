@@ -108,6 +108,9 @@ class TokenBudgetScheduler:
     def __init__(self, table: RequestTable, kv: PagedKVCache, itl: LogHistogram) -> None:
         self.table, self.kv, self.itl = table, kv, itl
         self.waiting: deque[int] = deque()
+        # what orders the waiting queue: "arrival" (this deque), or the key of a
+        # KeyedQueue (sim.schedulers.queues): "priority" or "deadline"
+        self.waiting_order = "arrival"
         self.running = np.empty(0, np.int64)
         self.preempted_in_last_step = False
         self.swap_s = 0.0  # KV copy time of the step being scheduled (Batch.swap_s)

@@ -24,10 +24,11 @@ class EdfScheduler(VllmScheduler):
 
     name = "edf"
     settings = VllmScheduler.settings - {"policy"}  # the deadline is the order
-    fast_path = None  # the compiled loop has no deadline order
+    fast_path = {k: v for k, v in VllmScheduler.fast_path.items() if k != "policy"}
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:
         super().__init__(cfg, table, kv, itl)
         arrival, slo = table.arrival, table.ttft_slo
-        self._order_by(lambda rid: (float(arrival[rid] + slo[rid]), float(arrival[rid])))
+        self._order_by("deadline",
+                       lambda rid: (float(arrival[rid] + slo[rid]), float(arrival[rid])))

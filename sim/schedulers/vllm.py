@@ -41,10 +41,10 @@ class VllmScheduler(TokenBudgetScheduler):
     settings = TokenBudgetScheduler.settings | {
         "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "long_prefill_token_threshold", "policy"}
-    # sim.compiled.step_schedule is this class's FCFS loop; priority order is Python only
+    # sim.compiled.step_schedule is this class's loop (sim.compiled.keyed_queue its keyed order)
     fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
                  "max_num_batched_tokens": None, "enable_chunked_prefill": None,
-                 "long_prefill_token_threshold": None, "policy": ("fcfs",)}
+                 "long_prefill_token_threshold": None, "policy": ("fcfs", "priority")}
 
     def __init__(self, cfg: SchedulerConfig, table: RequestTable, kv: PagedKVCache,
                  itl: LogHistogram) -> None:
@@ -53,15 +53,20 @@ class VllmScheduler(TokenBudgetScheduler):
         self.budget = cfg.max_num_batched_tokens
         self.threshold = cfg.long_prefill_token_threshold
         self.chunked = cfg.enable_chunked_prefill
-        self.by_key = False  # True when the waiting queue is ordered by a key, not by arrival
         if cfg.policy == "priority":
-            self._order_by(lambda rid: (int(table.priority[rid]), float(table.arrival[rid])))
+            self._order_by("priority",
+                           lambda rid: (int(table.priority[rid]), float(table.arrival[rid])))
 
-    def _order_by(self, key) -> None:
+    def _order_by(self, order: str, key) -> None:
         """Serve waiting requests and pick preemption victims by ``key(rid)`` (smallest is
-        most urgent) instead of by arrival and admission order."""
+        most urgent; ``order`` names it) instead of by arrival and admission order."""
         self.waiting = KeyedQueue(key)
-        self.by_key = True
+        self.waiting_order = order
+
+    @property
+    def by_key(self) -> bool:
+        """Whether the waiting queue is ordered by a key, not by arrival."""
+        return self.waiting_order != "arrival"
 
     def _victim(self, run: list[int]) -> int:
         """Index in ``run`` of the request to preempt: the last admitted (FCFS), or the first

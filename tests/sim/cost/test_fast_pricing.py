@@ -51,9 +51,12 @@ def _same(a, b) -> bool:
 @cache
 def _log2_sensitive() -> np.ndarray:
     """Values whose log2 differs in the last bit between numpy and ``math`` (a few in 10⁵):
-    the fast path must use each where the reference does."""
+    the fast path must use each where the reference does. Where this machine's numpy log2
+    agrees with ``math`` everywhere (its SIMD kernels vary by build and CPU), ordinary
+    values stand in."""
     x = np.exp2(np.random.default_rng(0).uniform(1, 20, 400_000))
-    return x[np.log2(x) != np.array([math.log2(v) for v in x.tolist()])]
+    sensitive = x[np.log2(x) != np.array([math.log2(v) for v in x.tolist()])]
+    return sensitive if sensitive.size else x[:1000]
 
 
 def _shapes(axes, rng, n_shapes: int = 40):

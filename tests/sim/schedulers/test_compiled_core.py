@@ -201,7 +201,7 @@ def test_a_request_table_that_cannot_be_released_is_one_error(tiny_config, reque
        replicas=st.sampled_from([1, 1, 2, 3]),
        router=st.sampled_from(["round_robin", "least_outstanding"]),
        scheduler=st.sampled_from(["vllm", "sarathi", "trtllm", "trtllm_max_utilization",
-                                  "sglang", "orca"]),
+                                  "sglang", "orca", "vllm_priority", "edf"]),
        chunk=st.integers(1, 400))
 def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, seed,
                                                      num_blocks, block_size, max_seqs,
@@ -211,6 +211,8 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
            "sarathi": {"chunk_size": min(chunk, budget)}, "trtllm": {},
            "sglang": {"chunk_size": chunk}, "orca": {},
            "trtllm_max_utilization": {"capacity_scheduler_policy": "MAX_UTILIZATION"},
+           "vllm_priority": {"policy": "priority", "long_prefill_token_threshold": threshold},
+           "edf": {"long_prefill_token_threshold": threshold},
            }[scheduler]
     cfg = tiny_config(scheduler.split("_")[0], num_blocks=num_blocks, block_size=block_size,
                       max_seqs=max_seqs, budget=budget, roofline=True, **own)
@@ -224,6 +226,8 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
     outputs[rng.random(n) < 0.1] = 500  # exceeds max_model_len: rejected
     req = requests(arrivals, rng.integers(1, 200, n), outputs)
     req["client"], req["think_time_s"] = client, np.where(client >= 0, think, 0.0)
+    req["priority"] = rng.integers(0, 2, n)  # read by the keyed orders only
+    req["ttft_slo_ms"] = rng.choice([20.0, 200.0, np.inf], n)
     assert_same_records(*both_engines(cfg, req))
 
 
@@ -247,10 +251,15 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
     ["scheduler=sglang", "workload=closed_loop", "workload.concurrency=200",
      "cluster.replicas=2", "cluster.router=least_outstanding"],
     ["scheduler=orca"], ["scheduler=orca", "workload=closed_loop", "workload.concurrency=64"],
+    ["workload=two_classes", "scheduler.policy=priority", "workload.rate=12"],
+    ["workload=two_classes", "scheduler=edf", "workload.rate=12", "cluster.replicas=2",
+     "cluster.router=least_outstanding"],
+    ["experiment=vidur_synthetic", "scheduler=edf"],
 ], ids=["default", "vidur", "moe_tp2", "closed_loop", "closed_loop_think", "multi_turn",
         "replicas_round_robin", "replicas_least_outstanding", "sarathi", "vidur_sarathi",
         "sarathi_closed_loop", "trtllm", "vidur_trtllm", "trtllm_max_utilization", "sglang",
-        "vidur_sglang", "sglang_closed_loop", "orca", "orca_closed_loop"])
+        "vidur_sglang", "sglang_closed_loop", "orca", "orca_closed_loop", "priority_classes",
+        "edf_classes_replicas", "vidur_edf"])
 def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_for, overrides):
     cfg = compose_cfg("workload.num_requests=300", *overrides)
     req = requests_for(cfg)
@@ -265,9 +274,7 @@ def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_fo
     (["cluster.replicas=2", "cluster.router=power_of_two"],
      "router power_of_two (compiled: round_robin, least_outstanding)"),
     (["cluster=disagg"], "disaggregated prefill and decode"),
-    (["scheduler=static"], "scheduler=static (compiled: orca, vllm, sarathi, trtllm, sglang)"),
-    (["scheduler=edf"], "scheduler=edf (compiled: orca, vllm, sarathi, trtllm, sglang)"),
-    (["scheduler.policy=priority"], "scheduler.policy=priority (compiled: fcfs)"),
+    (["scheduler=static"], "scheduler=static (compiled: orca, vllm, sarathi, trtllm, edf, sglang)"),
     (["kv_cache.prefix_caching=true"], "prefix caching, swap or state blocks"),
     (["cost_model=constant"], "the cost model is not the roofline"),
     (["cluster.pipeline_parallel_size=2"], "pipeline parallelism"),

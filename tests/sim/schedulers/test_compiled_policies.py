@@ -1,6 +1,7 @@
-"""The compiled Sarathi-Serve, TensorRT-LLM, SGLang and Orca policies (``sim.compiled``) give the
-SimPy engine's records to float rounding; random runs and shipped workloads of every compiled
-policy are in ``test_compiled_core.py``."""
+"""The compiled Sarathi-Serve, TensorRT-LLM, SGLang and Orca policies and vLLM's keyed orders
+(``policy=priority``, ``scheduler=edf``; ``sim.compiled``) give the SimPy engine's records to
+float rounding; random runs and shipped workloads of every compiled policy are in
+``test_compiled_core.py``."""
 
 from __future__ import annotations
 
@@ -31,7 +32,27 @@ POLICY_CASES = {  # the other compiled policies: (scheduler, its settings)
     "orca_few_seats": ("orca", {"max_seqs": 3}),
     # many decodes take their token out of the budget the whole prompts fit in
     "orca_budget": ("orca", {"max_len": 320, "max_seqs": 64, "num_blocks": 3000}),
+    # keyed waiting orders: by (priority, arrival) and by (arrival + TTFT SLO, arrival)
+    "priority": ("vllm", {"policy": "priority"}),
+    "priority_kv_pressure": ("vllm", {"policy": "priority", "num_blocks": 60, "block_size": 4}),
+    "priority_ties": ("vllm", {"policy": "priority", "num_blocks": 60, "block_size": 4}),
+    "priority_threshold": ("vllm", {"policy": "priority", "long_prefill_token_threshold": 24}),
+    "edf": ("edf", {}),
+    "edf_kv_pressure": ("edf", {"num_blocks": 60, "block_size": 4}),
+    "edf_ties": ("edf", {"num_blocks": 60, "block_size": 4}),
+    "edf_few_seats": ("edf", {"max_seqs": 3}),
 }
+
+
+def with_classes(req, rng, ties: bool):
+    """``req`` with a priority and a TTFT SLO per request (some without one: inf); ``ties``:
+    arrivals in bursts of one instant, so keys tie on both terms and the id decides."""
+    n = len(req)
+    req["priority"] = rng.integers(0, 3, n)
+    req["ttft_slo_ms"] = rng.choice([50.0, 400.0, 400.0, np.inf], n)
+    if ties:
+        req["arrival_time_s"] = np.round(req["arrival_time_s"].to_numpy(), 1)
+    return req
 
 
 @pytest.mark.parametrize("replicas, router", [(1, "round_robin"), (3, "least_outstanding")],
@@ -44,7 +65,10 @@ def test_compiled_policies_equal_simpy_engine(tiny_config, requests, case, repli
     cfg = tiny_config(name, roofline=True, **fields)
     cfg.cluster = replace(cfg.cluster, replicas=replicas, router=router)
     cfg.timeline = True
-    req = workload(requests, np.random.default_rng(len(case)), 120, cfg.scheduler.max_model_len)
+    rng = np.random.default_rng(len(case))
+    req = workload(requests, rng, 120, cfg.scheduler.max_model_len)
+    if name == "edf" or own.get("policy") == "priority":
+        req = with_classes(req, rng, ties="ties" in case)
     a, b = both_engines(cfg, req)
     assert_same_records(a, b)
     if "kv_pressure" in case or "max_utilization" in case:
