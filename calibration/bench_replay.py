@@ -50,7 +50,10 @@ LIMIT_FLAGS = {"max-model-len": "scheduler.max_model_len",
                "cuda-graph-max-bs": "backend.cuda_graph_max_bs"}
 SWITCH_FLAGS = {"enforce-eager": "backend.enforce_eager=true",
                 "disable-cuda-graph": "backend.enforce_eager=true",
-                "async-scheduling": "backend.async_scheduling=true"}
+                "async-scheduling": "backend.async_scheduling=true",
+                # sliding-window layers keep every token (sim.kv.rules)
+                "disable-hybrid-kv-cache-manager": "kv_cache.sliding_window_paging=full",
+                "disable-hybrid-swa-memory": "kv_cache.sliding_window_paging=full"}
 _VARIANTS = ("-fp8", "-instruct-2507", "-instruct", "-thinking-2507")
 # Every engine of these runs caches KV blocks by default, so a request preempted by recompute
 # restarts from whatever of its blocks are still cached: vLLM V1 (vLLM >= 0.8;

@@ -69,7 +69,8 @@ _FLAG_ALIASES = {"-tp": "tensor-parallel-size", "--tp": "tensor-parallel-size",
                  "--model-path": "model", "--model": "model"}
 _SWITCHES = {"--enable-expert-parallel", "--async-scheduling", "--enable-torch-compile",
              "--enable_chunked_prefill", "--enforce-eager", "--disable-cuda-graph",
-             "--enable-prefix-caching", "--no-enable-prefix-caching", "--disable-radix-cache"}
+             "--enable-prefix-caching", "--no-enable-prefix-caching", "--disable-radix-cache",
+             "--disable-hybrid-kv-cache-manager", "--disable-hybrid-swa-memory"}
 
 
 def parse_serve_command(cmd: str) -> dict[str, str]:

@@ -64,7 +64,7 @@ from sim.job_process import (
     run_in_child,
 )
 from sim.kv.budget import GIB
-from sim.kv.manager import kv_blocks
+from sim.kv.build import kv_blocks
 
 log = logging.getLogger("sim")
 
@@ -83,7 +83,7 @@ def _progress_enabled(setting: str) -> bool:
 def log_memory_budgets(cfg) -> None:
     """Log each pool's replica memory plan, from the function the replicas are sized by,
     with the KV capacity the replicas use: ``kv_cache.num_gpu_blocks`` when it overrides
-    the memory-derived count (as ``sim.kv.manager.build_kv_cache`` sizes the cache)."""
+    the memory-derived count (as ``sim.kv.build.build_kv_cache`` sizes the cache)."""
     override = cfg.kv_cache.num_gpu_blocks
     for pool, b in pool_memory_budgets(cfg).items():
         blocks = kv_blocks(cfg.kv_cache, b)

@@ -53,8 +53,9 @@ from analysis.roofline_chart import write_roofline_chart
 from cli.preflight import compose_or_exit
 from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
 from sim.errors import ConfigError, OutputError, report_error
-from sim.kv.manager import kv_blocks
-from sim.kv.rules import startup_lines
+from sim.kv.build import kv_blocks
+from sim.kv.manager import state_blocks_for
+from sim.kv.rules import sliding_paged_as_full, startup_lines
 
 DEFAULT_BATCH = "prefill:1x4096+decode:64x2000"
 LLM_KEYS = ("batch", "context")
@@ -159,17 +160,20 @@ def kv_footprint(cfg) -> dict:
     """KV-cache bytes per token on one GPU, and the fixed per-request state where the memory
     model has one (hybrid linear-attention and sliding-window models)."""
     tp, pp = cfg.cluster.tensor_parallel_size, cfg.cluster.pipeline_parallel_size
+    full = sliding_paged_as_full(cfg.backend.name, cfg.model, cfg.kv_cache)
     return {
-        "kv_bytes_per_token": memory.kv_bytes_per_token(cfg.model, cfg.kv_cache, tp, pp=pp),
+        "kv_bytes_per_token": memory.kv_bytes_per_token(cfg.model, cfg.kv_cache, tp, pp=pp,
+                                                        sliding_full=full),
         "state_bytes_per_request": int(memory.state_bytes_per_request(
-            cfg.model, cfg.kv_cache, tp, pp=pp)),
+            cfg.model, cfg.kv_cache, tp, pp=pp, sliding_full=full)),
     }
 
 
 def memory_plan(cfg, context: int) -> dict:
     """Where one GPU's memory goes and how many sequences of ``context`` tokens fit at once.
 
-    A sequence holds ceil(context / block_size) blocks plus its fixed state blocks; one of
+    A sequence holds ceil(context / block_size) blocks plus its state blocks (fixed, and its
+    sliding-window layers' up to the window: ``sim.kv.manager.state_blocks_for``); one of
     ``num_gpu_blocks`` is vLLM's reserved null block. ``kv_cache.num_gpu_blocks`` overrides
     the memory-derived count, as it sizes the simulated cache (``memory_num_gpu_blocks``
     keeps the derived one). The engine also caps concurrency at ``scheduler.max_num_seqs``.
@@ -177,7 +181,9 @@ def memory_plan(cfg, context: int) -> dict:
     b = replica_memory_budget(cfg)
     override = getattr(cfg.kv_cache, "num_gpu_blocks", None)
     blocks = kv_blocks(cfg.kv_cache, b)
-    state_blocks = b.state_blocks_per_request
+    window = (b.window_layers, b.block_layers, b.window_cap) if b.window_layers else None
+    state_blocks = int(state_blocks_for(context, b.block_size, b.fixed_state_blocks, window)
+                       if window else b.state_blocks_per_request)
     per_seq = -(-context // b.block_size) + state_blocks
     kv_limit = (blocks - 1) // per_seq
     return {
@@ -194,7 +200,7 @@ def memory_plan(cfg, context: int) -> dict:
         "engine_log": startup_lines(
             b, b.block_bytes // b.block_size,
             cfg.scheduler.max_model_len or cfg.model.max_position_embeddings,
-            cfg.model.max_position_embeddings),
+            cfg.model.max_position_embeddings, cfg.scheduler.max_num_batched_tokens),
     }
 
 
@@ -266,8 +272,9 @@ def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict |
     lines += [f"step time {totals['step_ms']:.3f} ms, mostly {totals['bound']}-bound", "",
               f"KV cache: {kv['kv_bytes_per_token']:,} bytes per token per GPU"]
     if kv.get("state_bytes_per_request"):
-        lines.append(f"fixed per-request state: {kv['state_bytes_per_request']:,} bytes per "
-                     "GPU (does not grow with context)")
+        lines.append(f"per-request state: at most {kv['state_bytes_per_request']:,} bytes per "
+                     "GPU (sliding-window layers' window, linear-attention state: does not "
+                     "grow past that)")
     if plan:
         lines += ["", f"memory plan per GPU ({plan['rule']}'s rule, memory fraction "
                   f"{plan['memory_fraction']}): {plan['usable_gib']:.2f} GiB usable, "

@@ -35,6 +35,8 @@ VLLM_FLAGS = {
     "sharegpt-output-len": "workload.output",
     "goodput": "slo",
     "metric-percentiles": "metrics.percentiles",
+    "disable-hybrid-kv-cache-manager": "kv_cache.sliding_window_paging",
+    "disable-hybrid-swa-memory": "kv_cache.sliding_window_paging",
 }
 HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 MODEL_DIR = Path(__file__).resolve().parent.parent / "conf" / "model"

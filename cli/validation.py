@@ -72,7 +72,7 @@ from sim.config.diffusion_cluster import (
 from sim.config.kv_cache import check_block_size
 from sim.config.model import check_model
 from sim.errors import ConfigError
-from sim.kv.manager import build_kv_cache
+from sim.kv.build import build_kv_cache
 
 # the config groups the simulator and the workload read: every number in them must be finite
 log = logging.getLogger("sim")
@@ -240,7 +240,7 @@ def check_pools(cfg: Any) -> None:
     """Per pool (``mixed``, or ``prefill`` and ``decode``): its parallel layout; that the
     model fits the GPUs at that parallelism with room for the null block and one request's
     KV block; the KV capacity override and the swap/offload links
-    (``sim.kv.manager.build_kv_cache``); the calibration and dtypes its cost model needs."""
+    (``sim.kv.build.build_kv_cache``); the calibration and dtypes its cost model needs."""
     for pool, pcfg in pool_configs(cfg).items():
         tp_field = pool_tp_field(cfg, pool)
         try:

@@ -12,14 +12,18 @@ max_num_batched_tokens 8192).
 
 from __future__ import annotations
 
+import re
+
 from hydra import compose, initialize_config_module
 
 import conf.schema  # noqa: F401  (registers the config schemas)
 from sim.builders import plain, replica_memory_budget
 from sim.kv.budget import GIB
+from sim.kv.rules import startup_lines
 
 LOGS = "https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e0/accuracy/results/v0.19.0/logs/"
-# (log file, overrides, logged "Available KV cache memory" GiB, logged "GPU KV cache size")
+# (log file, overrides, logged "Available KV cache memory" GiB, logged "GPU KV cache size",
+# and for the sliding-window models logged "Maximum concurrency for 8,192 tokens per request")
 ROWS = [
     ("meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log",
      ["model=llama3_8b", "scheduler.max_model_len=8192"], 58.11, 476_016),
@@ -53,7 +57,13 @@ ROWS = [
      28.44, 465_936),
     ("openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192.log",
      ["model=gpt_oss_20b", "scheduler.max_model_len=8192", "cluster.tensor_parallel_size=2",
-      "kv_cache.gpu_memory_utilization=0.9"], 59.32, 2_591_776),
+      "kv_cache.gpu_memory_utilization=0.9"], 59.32, 2_591_776, 316.07),
+    ("google-gemma-2-2b-it--h100-80gb--tp1pp1dp1--8192.log",
+     ["model=gemma2_2b", "scheduler.max_model_len=8192"], 66.47, 670_160, 81.73),
+    ("google-gemma-2-9b-it--h100-80gb--tp1pp1dp1--8192.log",
+     ["model=gemma2_9b", "scheduler.max_model_len=8192"], 54.12, 168_880, 20.60),
+    ("google-gemma-2-27b-it--h100-80gb--tp1pp1dp1--8192.log",
+     ["model=gemma2_27b", "scheduler.max_model_len=8192"], 20.59, 58_672, 7.16),
     ("fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192.log",
      ["model=llama3_70b", "model.dtype=fp8", "scheduler.max_model_len=8192",
       "cluster.tensor_parallel_size=2"], 37.28, 244_304),
@@ -65,19 +75,29 @@ BASE = ["hardware=h100_sxm", "backend=vllm", "kv_cache.gpu_memory_utilization=0.
 
 
 def main() -> None:
-    print("| log | deployment | logged KV GiB | ours | error | logged tokens | ours | error |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| log | deployment | logged KV GiB | ours | error | logged tokens | ours | error | "
+          "logged concurrency | ours | error |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with initialize_config_module("conf", version_base=None):
-        for name, over, gib, tokens in ROWS:
-            b = replica_memory_budget(plain(compose("config", overrides=BASE + over)))
+        for name, over, gib, tokens, *concurrency in ROWS:
+            cfg = plain(compose("config", overrides=BASE + over))
+            b = replica_memory_budget(cfg)
             ours_gib = b.kv_cache_bytes / GIB
-            # vLLM logs tokens of the whole model: one GPU's blocks (its heads of TP, its
-            # layers of PP) hold that many
-            ours_tokens = b.num_gpu_blocks * b.block_size
+            # the engine's own lines (sim.kv.rules.startup_lines): vLLM logs tokens of the
+            # whole model, one GPU's blocks (its heads of TP, its layers of PP) divided
+            # among its KV cache groups
+            lines = startup_lines(b, b.block_bytes // b.block_size, 8192,
+                                  cfg.model.max_position_embeddings,
+                                  cfg.scheduler.max_num_batched_tokens)
+            ours_tokens = int(re.search(r"size: ([\d,]+) tokens", lines[1])[1].replace(",", ""))
+            ours_x = float(re.search(r": ([\d.]+)x$", lines[2])[1])
+            logged_x = (f"{concurrency[0]:.2f} | {ours_x:.2f} | "
+                        f"{100 * (ours_x / concurrency[0] - 1):+.1f}%") if concurrency else \
+                "— | — | —"
             deployment = " ".join(o for o in over if not o.startswith("scheduler.max_model"))
             print(f"| [{name.removesuffix('.log')}]({LOGS}{name}) | {deployment} | {gib:.2f} | "
                   f"{ours_gib:.2f} | {100 * (ours_gib / gib - 1):+.1f}% | {tokens:,} | "
-                  f"{ours_tokens:,} | {100 * (ours_tokens / tokens - 1):+.1f}% |")
+                  f"{ours_tokens:,} | {100 * (ours_tokens / tokens - 1):+.1f}% | {logged_x} |")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ from sim.cost.roofline import shared_calibration
 from sim.engine.frontend import FRONTEND_KEYS, FrontendCosts
 from sim.errors import ConfigError
 from sim.kv.budget import GIB, MemoryBudget, kv_dtype_bytes, memory_budget
-from sim.kv.manager import PagedKVCache, build_kv_cache
+from sim.kv.build import build_kv_cache
+from sim.kv.manager import PagedKVCache
 from sim.model.weights import active_parameter_count, parameter_count
 from sim.records import LogHistogram
 from sim.schedulers import SCHEDULERS, TokenBudgetScheduler
@@ -213,7 +214,7 @@ def build_replica_parts(cfg, table: RequestTable, itl: LogHistogram) -> ReplicaP
     cls = SCHEDULERS[cfg.scheduler.name]
     kv_cfg = effective_kv_config(cfg.kv_cache, cfg.scheduler.name)
     kv = build_kv_cache(kv_cfg, cfg.hardware, budget, table.size,
-                        largest_request_tokens=largest)
+                        largest_request_tokens=largest, lengths=(table.prompt, table.max_output))
     scheduler = cls(cfg.scheduler, table, kv, itl)
     max_model_len = cfg.scheduler.max_model_len or cfg.model.max_position_embeddings
     meta = {

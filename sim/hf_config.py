@@ -140,6 +140,20 @@ def _gpt_oss(c: dict, name: str) -> dict[str, Any]:
             "moe_intermediate_size": c["intermediate_size"]}
 
 
+def _gemma2(c: dict, name: str) -> dict[str, Any]:
+    """Gemma-2: layers alternate sliding-window and full attention, the first sliding
+    (transformers' ``Gemma2Config.layer_types``); embeddings tied by default; served in
+    bfloat16 when the file says float32 (vLLM's ``_FLOAT16_NOT_SUPPORTED_MODELS``: float16 is
+    numerically unstable for it)."""
+    c = {**c, "layer_types": c.get("layer_types") or [
+        "sliding_attention" if (i + 1) % 2 else "full_attention"
+        for i in range(c["num_hidden_layers"])]}
+    out = {**_common(c), "tie_word_embeddings": bool(c.get("tie_word_embeddings", True))}
+    if (c.get("torch_dtype") or c.get("dtype")) == "float32":
+        out["dtype"] = "bfloat16"
+    return out
+
+
 def _minimax_m2(c: dict, name: str) -> dict[str, Any]:
     return {**_common(c), "num_experts": c["num_local_experts"],
             "num_experts_per_tok": c["num_experts_per_tok"],
@@ -157,6 +171,7 @@ READERS = {
     QWEN_NEXT: _qwen_moe,
     "DeepseekV3ForCausalLM": _deepseek_v3,
     "GptOssForCausalLM": _gpt_oss,
+    "Gemma2ForCausalLM": _gemma2,
     "MiniMaxM2ForCausalLM": _minimax_m2,
 }
 

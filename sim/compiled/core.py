@@ -79,7 +79,7 @@ def why_not_compiled(cfg, run) -> str:
         reasons += [
             (bool(why), why),
             (kv.prefix is not None or kv.swap is not None or kv.host is not None
-             or kv.state_blocks > 0, "prefix caching, swap or state blocks"),
+             or kv.holds_state, "prefix caching, swap or state blocks"),
         ]
         why = packable(pool.parts[0].cost_model)
         reasons.append((bool(why), why))

@@ -8,6 +8,11 @@ from sim.config.common import DTYPE_BYTES, positive
 from sim.errors import ConfigError
 
 PREEMPTION_MODES = ("recompute", "swap")
+# How sliding-window layers are paged (sim.kv.rules.sliding_paged_as_full): auto = the
+# engine's default; window = only the window's blocks are kept (vLLM's hybrid KV cache
+# manager); full = every token, as a full-attention layer (vLLM's
+# --disable-hybrid-kv-cache-manager, SGLang's --disable-hybrid-swa-memory)
+SLIDING_WINDOW_PAGING = ("auto", "window", "full")
 # The block sizes each engine takes (kv_cache.block_size is vLLM's block_size, SGLang's
 # page_size, TensorRT-LLM's tokens_per_block): vLLM's CacheConfig.block_size is a BlockSize,
 # Literal[1, 8, 16, 32, 64, 128, 256] (vllm/config/cache.py as of v0.11; sim.kv.rules models
@@ -47,6 +52,9 @@ class KVCacheConfig:
     # Host memory per replica that keeps cached blocks evicted from the GPU (0 = off); a
     # prefix hit there is copied back over PCIe. Needs prefix_caching.
     cpu_offload_gb: float = 0.0
+    # How sliding-window layers are paged: auto (the engine's default), window or full
+    # (SLIDING_WINDOW_PAGING above; sim.kv.rules).
+    sliding_window_paging: str = "auto"
 
 
 def check_kv_cache(k: KVCacheConfig) -> None:
@@ -74,6 +82,9 @@ def check_kv_cache(k: KVCacheConfig) -> None:
                           f"null (derive from memory) or an int >= 2 and <= {MAX_GPU_BLOCKS}")
     if k.other_memory_gib < 0:
         raise ConfigError("kv_cache.other_memory_gib", k.other_memory_gib, "must be >= 0")
+    if k.sliding_window_paging not in SLIDING_WINDOW_PAGING:
+        raise ConfigError("kv_cache.sliding_window_paging", k.sliding_window_paging,
+                          f"one of {list(SLIDING_WINDOW_PAGING)}")
 
 
 def check_block_size(k: KVCacheConfig, backend: str) -> None:

@@ -29,6 +29,7 @@ from sim.cost.base import BOUNDS
 from sim.engine.faults import LinkSchedule
 from sim.engine.replica import TIMELINE_COLUMNS
 from sim.kv.budget import kv_bytes_per_token
+from sim.kv.rules import sliding_paged_as_full
 from sim.records import ColumnBuffer
 from sim.state import NO_REPLICA_LEFT, TRANSFERRING
 
@@ -48,8 +49,9 @@ class Disaggregation:
         c = cfg.cluster
         tps = (p.cfg.cluster.tensor_parallel_size for p in (prefill, decode))
         # pipeline stages hold their own layers: each GPU sends its stage's shard
-        per_gpu = max(kv_bytes_per_token(cfg.model, cfg.kv_cache, tp) for tp in tps) / max(
-            1, getattr(c, "pipeline_parallel_size", 1))
+        full = sliding_paged_as_full(cfg.backend.name, cfg.model, cfg.kv_cache)
+        per_gpu = max(kv_bytes_per_token(cfg.model, cfg.kv_cache, tp, sliding_full=full)
+                      for tp in tps) / max(1, getattr(c, "pipeline_parallel_size", 1))
         bandwidth = c.kv_transfer_bandwidth or cfg.hardware.nvlink_bandwidth
         self.seconds_per_token = per_gpu / bandwidth
         self.latency_s = c.kv_transfer_latency_us * 1e-6

@@ -4,9 +4,12 @@ Mirrors how vLLM sizes its cache: usable = total HBM × gpu_memory_utilization, 
 weights, the peak activation memory of a forward pass over ``max_num_batched_tokens`` tokens,
 and non-torch memory; the rest is divided into blocks of ``block_size`` tokens over all layers.
 
-Only full-attention layers grow with the context. Sliding-window layers and linear-attention
-(Gated DeltaNet) layers hold a fixed amount per request, which the KV manager budgets as
-``state_blocks_per_request`` blocks taken from the same pool.
+Full-attention layers grow with the context. Linear-attention (Gated DeltaNet) layers hold a
+fixed state per request; sliding-window layers hold the blocks of the request's last
+``sliding_window`` tokens where the engine pages them by window (vLLM's hybrid KV cache
+manager), or grow like full-attention layers where it keeps every token (SGLang for gpt-oss,
+TensorRT-LLM: ``sim.kv.rules.sliding_paged_as_full``). The KV manager takes both kinds of
+per-request blocks from the same pool (``MemoryBudget``, ``sim.kv.manager``).
 
 The weights (parameter layout per layer, their split over tensor, expert and pipeline
 parallelism, bytes per GPU) are ``sim.model.weights``'s.
@@ -33,7 +36,7 @@ from sim.config import (
 from sim.config.common import activation_dtype
 from sim.config.model import layer_kinds
 from sim.errors import ConfigError
-from sim.kv.rules import kv_memory
+from sim.kv.rules import kv_memory, sliding_paged_as_full
 from sim.model.layout import PerGpu
 from sim.model.weights import Stage, cdiv, pipeline_stages, stage_weight_bytes, whole_model
 from sim.schedulers import SCHEDULERS
@@ -57,53 +60,111 @@ def kv_dtype_bytes(model: ModelConfig, kv: KVCacheConfig) -> int:
     return activation_dtype_bytes(model)
 
 
-def _stage_kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int,
-                              stage: Stage) -> int:
-    kinds = layer_kinds(model)[stage.layers.start:stage.layers.stop]
-    if model.kv_lora_rank:
-        per_layer = model.kv_lora_rank + model.qk_rope_head_dim
-    else:
-        per_layer = 2 * PerGpu.of(model, tp).kv_heads * model.head_dim
-    return kinds.count("full_attention") * per_layer * kv_dtype_bytes(model, kv)
-
-
-def kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int, pp: int = 1) -> int:
-    """Cache that grows with each token: the full-attention layers of the largest pipeline
-    stage, on one GPU of ``tp``.
+def _layer_kv_bytes(model: ModelConfig, kv: KVCacheConfig, tp: int) -> int:
+    """Bytes one attention layer keeps per token on one GPU of ``tp``.
 
     Standard attention keeps K and V per KV head (replicated when fewer heads than GPUs);
     MLA keeps one latent of ``kv_lora_rank + qk_rope_head_dim`` per token, shared by all
     heads, so every GPU holds all of it (not split by TP).
     """
-    return max(_stage_kv_bytes_per_token(model, kv, tp, s) for s in pipeline_stages(model, pp))
+    if model.kv_lora_rank:
+        per_layer = model.kv_lora_rank + model.qk_rope_head_dim
+    else:
+        per_layer = 2 * PerGpu.of(model, tp).kv_heads * model.head_dim
+    return per_layer * kv_dtype_bytes(model, kv)
 
 
-def _stage_state_bytes(model: ModelConfig, kv: KVCacheConfig, tp: int, stage: Stage) -> int:
+def paged_layers(model: ModelConfig, stage: Stage, sliding_full: bool) -> tuple[int, int]:
+    """The stage's layers whose cache grows with every token, and its sliding-window layers
+    that keep only their window: an engine that pages sliding-window layers as full ones
+    (``sliding_full``, ``sim.kv.rules.sliding_paged_as_full``) counts them with the first."""
     kinds = layer_kinds(model)[stage.layers.start:stage.layers.stop]
-    n_sliding, n_linear = kinds.count("sliding_attention"), kinds.count("linear_attention")
+    full, sliding = kinds.count("full_attention"), kinds.count("sliding_attention")
+    return (full + sliding, 0) if sliding_full else (full, sliding)
+
+
+def _stage_kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int,
+                              stage: Stage, sliding_full: bool = False) -> int:
+    return paged_layers(model, stage, sliding_full)[0] * _layer_kv_bytes(model, kv, tp)
+
+
+def kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int, pp: int = 1,
+                       sliding_full: bool = False) -> int:
+    """Cache that grows with each token: the full-attention layers of the largest pipeline
+    stage (and its sliding-window layers where the engine pages them as full ones), on one
+    GPU of ``tp``."""
+    return max(_stage_kv_bytes_per_token(model, kv, tp, s, sliding_full)
+               for s in pipeline_stages(model, pp))
+
+
+def _stage_linear_state_bytes(model: ModelConfig, tp: int, stage: Stage) -> int:
+    """Fixed state of the stage's linear-attention layers per request (recurrent and
+    short-convolution state, in the activation dtype)."""
+    n_linear = layer_kinds(model)[stage.layers.start:stage.layers.stop].count(
+        "linear_attention")
+    if not n_linear:
+        return 0
     g = PerGpu.of(model, tp)
-    sliding = n_sliding * 2 * g.kv_heads * model.head_dim * model.sliding_window
-    state = sliding * kv_dtype_bytes(model, kv)
-    if n_linear:
-        nk, nv = g.lin_key_heads, g.lin_value_heads
-        recurrent = nv * model.linear_key_head_dim * model.linear_value_head_dim
-        conv_dim = 2 * nk * model.linear_key_head_dim + nv * model.linear_value_head_dim
-        conv = (model.linear_conv_kernel_dim - 1) * conv_dim
-        state += n_linear * (recurrent + conv) * activation_dtype_bytes(model)
-    return state
+    nk, nv = g.lin_key_heads, g.lin_value_heads
+    recurrent = nv * model.linear_key_head_dim * model.linear_value_head_dim
+    conv_dim = 2 * nk * model.linear_key_head_dim + nv * model.linear_value_head_dim
+    conv = (model.linear_conv_kernel_dim - 1) * conv_dim
+    return n_linear * (recurrent + conv) * activation_dtype_bytes(model)
+
+
+def _stage_state_bytes(model: ModelConfig, kv: KVCacheConfig, tp: int, stage: Stage,
+                       sliding_full: bool = False) -> int:
+    n_sliding = paged_layers(model, stage, sliding_full)[1]
+    window = n_sliding * _layer_kv_bytes(model, kv, tp) * model.sliding_window
+    return window + _stage_linear_state_bytes(model, tp, stage)
 
 
 def state_bytes_per_request(model: ModelConfig, kv: KVCacheConfig, tp: int,
-                            pp: int = 1) -> int:
-    """Fixed per-request memory of the layers that do not grow with context, per GPU of the
-    pipeline stage that holds the most.
+                            pp: int = 1, sliding_full: bool = False) -> int:
+    """Per-request memory of the layers that do not grow with context, per GPU of the
+    pipeline stage that holds the most: an upper bound.
 
-    Sliding-window layers: K and V of ``sliding_window`` tokens, an upper bound (a shorter
-    request holds less; a prefill chunk briefly needs its own tokens on top). Linear-attention
-    (Gated DeltaNet) layers: the recurrent state (value heads × key dim × value dim) and the
+    Sliding-window layers paged by window: K and V of ``sliding_window`` tokens (a shorter
+    request holds less: ``KVGroups``, ``sim.kv.manager``). Linear-attention (Gated DeltaNet)
+    layers: the recurrent state (value heads × key dim × value dim) and the
     short-convolution state (kernel − 1 past inputs of q, k, v), in the activation dtype.
     """
-    return max(_stage_state_bytes(model, kv, tp, s) for s in pipeline_stages(model, pp))
+    return max(_stage_state_bytes(model, kv, tp, s, sliding_full)
+               for s in pipeline_stages(model, pp))
+
+
+@dataclass(frozen=True)
+class KVGroups:
+    """vLLM's KV cache groups of a stage (``kv_cache_utils``: layers grouped by kind into
+    groups of ``min(layers of each kind)`` layers, the last of a kind padded): ``size``
+    layers a group, ``full`` groups of the layers whose cache grows with every token,
+    ``sliding`` groups of sliding-window layers that keep their window. A block of vLLM's
+    pool holds ``block_size`` tokens of one group."""
+
+    size: int
+    full: int = 1
+    sliding: int = 0
+
+    @classmethod
+    def of(cls, grows: int, sliding: int) -> KVGroups:
+        if not sliding:
+            return cls(grows)
+        size = min(grows, sliding)
+        return cls(size, cdiv(grows, size), cdiv(sliding, size))
+
+    @property
+    def window_layers(self) -> int:
+        """Layers of the sliding-window groups, padding included: a block of a request's
+        tokens there takes ``window_layers / grows`` blocks of this simulator's cache (whose
+        blocks hold ``block_size`` tokens of the ``grows`` layers)."""
+        return self.sliding * self.size
+
+
+def window_cap(sliding_window: int, block_size: int) -> int:
+    """Blocks of tokens a request's sliding-window group holds at most: vLLM's
+    ``SlidingWindowManager`` frees blocks wholly out of the window before each step, leaving
+    ``cdiv(window − 1, block_size) + 1``."""
+    return cdiv(sliding_window - 1, block_size) + 1
 
 
 def _attention_width(m: ModelConfig, kind: str, tp: int) -> int:
@@ -170,9 +231,14 @@ class MemoryBudget:
 
     With pipeline parallelism the figures are those of the binding stage (the one with the
     fewest blocks; ``stage`` counts from 0), and ``num_gpu_blocks`` is that minimum, as vLLM
-    gives every stage. ``state_blocks_per_request`` blocks of the pool are the fixed state
-    one running request holds besides its growing KV (sliding-window and linear-attention
-    layers; 0 otherwise): the most any stage needs, in that stage's blocks.
+    gives every stage. ``state_blocks_per_request`` blocks of the pool are the most one
+    running request holds besides its growing KV (0 for a model of full-attention layers
+    only): ``fixed_state_blocks`` of linear-attention state, and its sliding-window layers'
+    blocks where the engine pages them by window — ``window_layers / block_layers`` blocks of
+    the pool per block of its tokens, for at most ``window_cap`` blocks of tokens
+    (``sim.kv.manager``);
+    the most any stage needs, in that stage's blocks. ``groups`` are vLLM's KV cache groups
+    of the binding stage, each block of ``layer_block_bytes`` per layer (its start-up log).
     """
 
     usable_bytes: int
@@ -190,6 +256,13 @@ class MemoryBudget:
     tensor_parallel_size: int = 1
     rule: str = "vllm"  # the engine whose rule sized it (sim.kv.rules)
     memory_fraction: float = 0.9  # that rule's fraction
+    groups: KVGroups | None = None
+    layer_block_bytes: int = 0
+    sliding_window: int = 0  # keys of a sliding-window layer paged by window (0: none)
+    fixed_state_blocks: int = 0
+    window_layers: int = 0
+    block_layers: int = 0  # layers of one block of this cache (those whose cache grows)
+    window_cap: int = 0
 
     @property
     def max_tokens(self) -> int:
@@ -215,16 +288,22 @@ def _stage_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig
     chunk = SCHEDULERS[sched.name].prefill_chunk(sched)
     mem = kv_memory(rule, hw, kv, chunk, weights, acts, other, tp, pp)
     usable, free = mem.usable_bytes, mem.kv_bytes
-    block_bytes = kv.block_size * _stage_kv_bytes_per_token(model, kv, tp, stage)
+    sliding_full = sliding_paged_as_full(rule, model, kv)
+    grows, sliding = paged_layers(model, stage, sliding_full)
+    layer_block_bytes = kv.block_size * _layer_kv_bytes(model, kv, tp)
+    block_bytes = grows * layer_block_bytes
     where = f" on pipeline stage {i} of {pp}" if pp > 1 else ""
     if not block_bytes:
         raise ConfigError("cluster.pipeline_parallel_size", pp,
                           f"pipeline stage {i} (layers {stage.layers.start}-"
                           f"{stage.layers.stop - 1}) holds no full_attention layer, so no "
                           "paged KV cache; use fewer stages")
-    state = _stage_state_bytes(model, kv, tp, stage)
-    state_blocks = cdiv(state, block_bytes)
-    # the null block, and one request's fixed state plus one block of its KV
+    state = _stage_state_bytes(model, kv, tp, stage, sliding_full)
+    groups = KVGroups.of(grows, sliding)
+    fixed = cdiv(_stage_linear_state_bytes(model, tp, stage), block_bytes)
+    cap = window_cap(model.sliding_window, kv.block_size) if sliding else 0
+    state_blocks = fixed + cdiv(groups.window_layers * cap, grows)
+    # the null block, and one request's state at most plus one block of its KV
     if free < (2 + state_blocks) * block_bytes:
         raise ConfigError(
             "cluster.tensor_parallel_size",
@@ -236,7 +315,9 @@ def _stage_budget(model: ModelConfig, hw: HardwareConfig, sched: SchedulerConfig
             "pipeline_parallel_size) or a larger GPU",
         )
     return MemoryBudget(usable, weights, acts, other, free, block_bytes, free // block_bytes,
-                        kv.block_size, state, state_blocks, i, pp, tp, rule, mem.fraction)
+                        kv.block_size, state, state_blocks, i, pp, tp, rule, mem.fraction,
+                        groups, layer_block_bytes, model.sliding_window if sliding else 0,
+                        fixed, groups.window_layers, grows, cap)
 
 
 def memory_budget(
@@ -258,6 +339,9 @@ def memory_budget(
     stages = [_stage_budget(model, hw, sched, kv, tp, ep, pp, i, s, rule)
               for i, s in enumerate(pipeline_stages(model, pp))]
     binding = min(stages, key=lambda b: b.num_gpu_blocks)
+    most = max(stages, key=lambda b: b.state_blocks_per_request)
     return dataclasses.replace(
-        binding, state_blocks_per_request=max(b.state_blocks_per_request for b in stages),
-        state_bytes_per_request=max(b.state_bytes_per_request for b in stages))
+        binding, state_blocks_per_request=most.state_blocks_per_request,
+        state_bytes_per_request=max(b.state_bytes_per_request for b in stages),
+        fixed_state_blocks=most.fixed_state_blocks, window_layers=most.window_layers,
+        block_layers=most.block_layers, window_cap=most.window_cap)

@@ -1,9 +1,16 @@
 """Paged KV-cache block accounting of one replica (vLLM's ``KVCacheManager``).
 
-A request holding ``t`` tokens in the cache needs ``ceil(t / block_size)`` blocks, plus, for
-hybrid linear-attention and sliding-window models, ``state_blocks`` fixed blocks while it holds
-any (its recurrent or windowed state, budgeted by ``sim.kv.budget``). Only counts are tracked:
-which physical block a request holds does not change any cost in this model. As in vLLM's
+A request holding ``t`` tokens in the cache needs ``ceil(t / block_size)`` blocks, plus, while
+it holds any, its state blocks (``state_of``): ``state_blocks`` fixed ones for hybrid
+linear-attention models (their recurrent state), and for sliding-window layers paged by
+window the blocks of its tokens up to the window, ``window`` = ``(layers, block_layers, cap)``:
+``ceil(layers × min(ceil(n / block_size), cap) / block_layers)`` for a request of ``n``
+tokens, its prompt and output (budgeted by ``sim.kv.budget``). vLLM's sliding-window group
+grows with the request up to the window and frees what falls out of it; the request is
+charged for its longest from the start here (it briefly holds a whole prompt's blocks in vLLM
+before the out-of-window ones are freed, and a prefill chunk's on top of the window). Only
+counts are tracked: which physical block a request holds does not change any cost in this
+model. As in vLLM's
 ``BlockPool``, one of the ``num_gpu_blocks`` is the reserved null block, so
 ``num_gpu_blocks − 1`` can hold tokens.
 
@@ -29,25 +36,40 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.errors import ConfigError
 from sim.kv.offload import HostTier
 from sim.kv.prefix import PrefixPool, block_hashes, own_block_hashes
 from sim.kv.swap import SwapSpace
 
-GIB = 1 << 30
 MOONCAKE_BLOCK = 512  # tokens named by one id of a trace's ``hash_ids``
+
+
+def state_blocks_for(num_tokens, block_size: int, fixed: int,
+                     window: tuple[int, int, int] | None):
+    """Blocks a request of ``num_tokens`` tokens (scalar or array) holds besides its KV:
+    ``fixed`` ones, and with ``window`` = ``(layers, block_layers, cap)`` its sliding-window
+    layers' blocks, ``ceil(layers × min(ceil(num_tokens / block_size), cap) / block_layers)``
+    (module doc)."""
+    if window is None:
+        return fixed
+    layers, block_layers, cap = window
+    held = np.minimum(-(-num_tokens // block_size), cap)
+    return fixed - (-layers * held // block_layers)
 
 
 class PagedKVCache:
     """Block accounting: allocate for new tokens, free a request, report usage."""
 
     def __init__(self, num_blocks: int, block_size: int, num_requests: int,
-                 state_blocks: int = 0, prefix_caching: bool = False) -> None:
+                 state_blocks: int = 0, prefix_caching: bool = False,
+                 window: tuple[int, int, int] | None = None) -> None:
         """``num_blocks`` is vLLM's ``num_gpu_blocks`` (null block included);
-        ``state_blocks``: fixed blocks each request holds while it holds any."""
+        ``state_blocks``: fixed blocks each request holds while it holds any; ``window``:
+        its sliding-window layers' blocks (module doc; needs ``set_lengths``)."""
         self.num_blocks = int(num_blocks) - 1  # usable: all but the null block
         self.block_size = int(block_size)
         self.state_blocks = int(state_blocks)
+        self.window = window
+        self._prompt = self._output = None  # per request: prompt and most output tokens
         self.free_blocks = self.num_blocks
         self.held = np.zeros(num_requests, np.int64)
         self.prefix = PrefixPool() if prefix_caching else None
@@ -86,14 +108,36 @@ class PagedKVCache:
         self._hash_ids, self._trace_block = hash_ids, int(trace_block)
         self._lengths = lengths
 
+    def set_lengths(self, prompt: np.ndarray, max_output: np.ndarray) -> None:
+        """Each request's prompt and most output tokens (the request table's columns, shared
+        with it, not copied): how long it can grow, which sizes its sliding-window blocks."""
+        self._prompt, self._output = prompt, max_output
+
     def blocks_for(self, num_tokens):
         """Blocks that hold ``num_tokens`` tokens."""
         return -(-num_tokens // self.block_size)
 
+    def state_for_tokens(self, num_tokens):
+        """Blocks a request of ``num_tokens`` tokens (scalar or array) holds besides its KV
+        while it holds any: its fixed state and its sliding-window layers' (module doc)."""
+        return state_blocks_for(num_tokens, self.block_size, self.state_blocks, self.window)
+
+    def state_of(self, rids):
+        """``state_for_tokens`` of request(s) ``rids``, from their prompt and output."""
+        if self.window is None:
+            return self.state_blocks
+        return self.state_for_tokens(self._prompt[rids] + self._output[rids])
+
+    @property
+    def holds_state(self) -> bool:
+        """Whether requests hold blocks besides their growing KV."""
+        return bool(self.state_blocks or self.window)
+
     def fits_alone(self, num_tokens):
         """Whether a request of this many tokens (scalar or array) could ever fit in an empty
         cache."""
-        return self.blocks_for(num_tokens) + self.state_blocks <= self.num_blocks
+        return self.blocks_for(num_tokens) + self.state_for_tokens(num_tokens) <= \
+            self.num_blocks
 
     def _take(self, n: int) -> None:
         """Hand out ``n`` free blocks (caller checked ``n <= free_blocks``), evicting the
@@ -112,13 +156,12 @@ class PagedKVCache:
         need = self.blocks_for(num_computed + num_new) - held
         if need <= 0:
             return 0
-        if held == 0:
-            need += self.state_blocks
-        if need > self.free_blocks:
+        state = int(self.state_of(rid)) if held == 0 else 0
+        if need + state > self.free_blocks:
             return None
-        self.held[rid] += need - (self.state_blocks if held == 0 else 0)
-        self._take(need)
-        return int(need)
+        self.held[rid] += need
+        self._take(need + state)
+        return int(need + state)
 
     def allocate_all(self, rids: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray) -> bool:
         """All-or-nothing allocation for a batch; True if every request got its blocks."""
@@ -126,8 +169,8 @@ class PagedKVCache:
         need = self.blocks_for(num_computed + num_new) - held
         np.maximum(need, 0, out=need)
         total = int(need.sum())
-        if self.state_blocks:
-            total += self.state_blocks * int(((held == 0) & (need > 0)).sum())
+        if self.holds_state:
+            total += int((self.state_of(rids) * ((held == 0) & (need > 0))).sum())
         if total > self.free_blocks:
             return False
         self.held[rids] += need
@@ -138,8 +181,8 @@ class PagedKVCache:
         """Return every block of the given request(s); cached blocks stay cached."""
         held = self.held[rids]
         n = int(held.sum())
-        if self.state_blocks:
-            n += self.state_blocks * int(np.count_nonzero(held))
+        if self.holds_state:
+            n += int((self.state_of(rids) * (held > 0)).sum())
         if self._ref or self._hashes:
             for rid in np.atleast_1d(rids).tolist():
                 n += self._release(rid)
@@ -151,7 +194,7 @@ class PagedKVCache:
         """Move every block of ``rid`` (its KV and state blocks) to the host: the copy's
         seconds, or None when the host space cannot hold them (then nothing moved)."""
         held = int(self.held[rid])
-        n = held + (self.state_blocks if held else 0)
+        n = held + (int(self.state_of(rid)) if held else 0)
         if self.swap is None or not self.swap.store(rid, n):
             return None
         self.free(rid)
@@ -162,7 +205,7 @@ class PagedKVCache:
         the copy's seconds, or None when the GPU has too few free blocks for them and
         ``num_new`` more tokens."""
         kv_blocks = self.blocks_for(num_computed)
-        n = kv_blocks + (self.state_blocks if kv_blocks else 0)
+        n = kv_blocks + (int(self.state_of(rid)) if kv_blocks else 0)
         if self.blocks_for(num_computed + num_new) - kv_blocks + n > self.free_blocks:
             return None
         self.swap.release(rid)
@@ -200,13 +243,14 @@ class PagedKVCache:
             self._pending.add(rid)
         most = (int(num_tokens) - 1) // self.block_size
         hit = self.prefix.match(hashes, most)
-        if self.state_blocks > self.free_blocks - self._revivals(hashes[:hit]):
+        state = int(self.state_of(rid))
+        if state > self.free_blocks - self._revivals(hashes[:hit]):
             return 0
         self.free_blocks -= self.prefix.touch(hashes[:hit])
-        hit += self._load_from_host(hashes[hit:most])
+        hit += self._load_from_host(hashes[hit:most], state)
         if not hit:
             return 0
-        self._take(self.state_blocks)
+        self._take(state)
         self.held[rid] = hit
         self._ref[rid] = hit
         if hit == len(hashes):
@@ -242,12 +286,13 @@ class PagedKVCache:
         self._hashes[rid] = hashes
         return hashes
 
-    def _load_from_host(self, hashes: list[int]) -> int:
-        """Copy the leading blocks of ``hashes`` that the host tier holds into free GPU blocks
-        and cache them (the caller references them); how many."""
+    def _load_from_host(self, hashes: list[int], state: int) -> int:
+        """Copy the leading blocks of ``hashes`` that the host tier holds into free GPU blocks,
+        leaving ``state`` free for the request's state, and cache them (the caller references
+        them); how many."""
         if self.host is None or not hashes:
             return 0
-        n = min(self.host.match(hashes), self.free_blocks - self.state_blocks)
+        n = min(self.host.match(hashes), self.free_blocks - state)
         if n > 0:
             self._take(n)
             for h in hashes[:n]:
@@ -297,7 +342,7 @@ class PagedKVCache:
         if not 0 <= self.free_blocks <= self.num_blocks:
             return f"{self.free_blocks} free blocks, outside [0, {self.num_blocks}]"
         held = self.held[rids]
-        n = int(held.sum()) + self.state_blocks * int(np.count_nonzero(held))
+        n = int(held.sum()) + int((np.asarray(self.state_of(rids)) * (held > 0)).sum())
         if self.prefix is not None:
             refs, ref = self.prefix.refs, self._ref
             theirs = [ref.get(r, 0) for r in rids.tolist()]
@@ -333,47 +378,3 @@ class PagedKVCache:
     def usage(self) -> float:
         """Fraction of blocks in use."""
         return self.used_blocks / self.num_blocks if self.num_blocks else 0.0
-
-
-def kv_blocks(kv_cfg, budget) -> int:
-    """The KV blocks a replica's cache has: ``kv_cache.num_gpu_blocks`` when set (what users
-    copy from an engine's log), else the count its memory budget derives."""
-    override = getattr(kv_cfg, "num_gpu_blocks", None)
-    return int(override) if override is not None else int(budget.num_gpu_blocks)
-
-
-def build_kv_cache(kv_cfg, hardware, budget, num_requests: int,
-                   largest_request_tokens: int = 0) -> PagedKVCache:
-    """The KV cache of one replica from ``kv_cache=``, the hardware (PCIe for swap) and the
-    memory budget (``sim.kv.budget.MemoryBudget``: capacity, block size and bytes, state blocks).
-
-    ``kv_cache.num_gpu_blocks`` overrides the derived capacity; with ``preemption=swap`` the
-    host space must hold the blocks of the largest request (``largest_request_tokens``);
-    ``cpu_offload_gb`` adds a host tier under the prefix cache.
-    """
-    state = int(getattr(budget, "state_blocks_per_request", 0))
-    blocks = kv_blocks(kv_cfg, budget)
-    if blocks < 2 + state:
-        raise ConfigError("kv_cache.num_gpu_blocks", blocks, f"must be >= {2 + state} (the "
-                          f"null block, {state} state block(s) and one KV block)")
-    kv = PagedKVCache(blocks, budget.block_size, num_requests, state_blocks=state,
-                      prefix_caching=bool(getattr(kv_cfg, "prefix_caching", False)))
-    if getattr(kv_cfg, "preemption", "recompute") == "swap":
-        if not hardware.pcie_bandwidth > 0:
-            raise ConfigError("hardware.pcie_bandwidth", hardware.pcie_bandwidth,
-                              "> 0 for kv_cache.preemption=swap")
-        host = int(kv_cfg.swap_space_gib * GIB) // budget.block_bytes
-        need = kv.blocks_for(int(largest_request_tokens)) + state
-        if host < need:
-            raise ConfigError("kv_cache.swap_space_gib", kv_cfg.swap_space_gib,
-                              f">= {need * budget.block_bytes / GIB:.3f} (the {need} blocks of "
-                              f"the largest request)")
-        kv.enable_swap(SwapSpace(host, budget.block_bytes, hardware.pcie_bandwidth))
-    offload = getattr(kv_cfg, "cpu_offload_gb", 0.0)
-    if offload and kv.prefix is not None:
-        if not hardware.pcie_bandwidth > 0:
-            raise ConfigError("hardware.pcie_bandwidth", hardware.pcie_bandwidth,
-                              "> 0 for kv_cache.cpu_offload_gb")
-        kv.enable_offload(HostTier(int(offload * GIB) // budget.block_bytes),
-                          budget.block_bytes / hardware.pcie_bandwidth)
-    return kv

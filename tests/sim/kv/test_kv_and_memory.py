@@ -115,3 +115,19 @@ def test_each_running_request_holds_its_fixed_state_blocks(compose_cfg, open_loo
     # four prompts of 160 tokens (10 blocks of 16) each hold their state as well
     assert rec.timeline["kv_blocks_used"].iloc[0] == 4 * (10 + state)
     assert (rec.requests["status"] == "completed").all()
+
+
+@pytest.mark.parametrize("paging, per_request", [("auto", 10 + 9), ("full", 10)])
+def test_each_running_request_holds_its_window_blocks(compose_cfg, open_loop, paging,
+                                                      per_request):
+    """gpt-oss on vLLM: four prompts of 160 tokens (10 blocks of 16) that end at 162 hold
+    the window's blocks too, cdiv(127, 16) + 1 = 9 (vLLM's hybrid KV cache manager); with
+    every token kept (--disable-hybrid-kv-cache-manager) a block spans all 24 layers and a
+    request holds its 10 alone."""
+    from sim import simulate
+
+    cfg = compose_cfg("model=gpt_oss_20b", "kv_cache.num_gpu_blocks=400",
+                      "cost_model=constant", f"kv_cache.sliding_window_paging={paging}")
+    rec = simulate(cfg, open_loop(np.zeros(4), np.full(4, 160), np.full(4, 2)))
+    assert rec.timeline["kv_blocks_used"].iloc[0] == 4 * per_request
+    assert (rec.requests["status"] == "completed").all()

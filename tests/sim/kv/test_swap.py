@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from sim.builders import plain
 from sim.config import SchedulerConfig, check_kv_cache
 from sim.errors import ConfigError
-from sim.kv.manager import PagedKVCache, build_kv_cache
+from sim.kv.build import build_kv_cache
+from sim.kv.manager import PagedKVCache
 from sim.kv.swap import SwapSpace
 from sim.records import LogHistogram
 from sim.schedulers.vllm import VllmScheduler
