@@ -19,6 +19,7 @@ from sim.config.backend import BACKENDS
 SUFFIXES = ("-instruct", "-fp8")  # checkpoint variants that share the architecture
 BF16 = ("bf16", "bfloat16")
 FP8 = ("fp8", "fp8_block")
+FP4 = ("fp4", "nvfp4", "mxfp4")  # the rows' 4-bit labels
 _CONCURRENCY = r"silicon_concurrency=(\d+)"
 
 
@@ -31,14 +32,15 @@ def _norm(hf_id: str) -> str:
 
 def model_index() -> dict[str, dict]:
     """``conf/model`` by normalized ``hf_id`` (lower case, without ``-Instruct``/``-FP8``):
-    ``{name, hf_id, num_experts, dtype}`` (``dtype``: the checkpoint's weight dtype)."""
+    ``{name, hf_id, num_experts, dtype, moe_dtype}`` (the checkpoint's weight dtypes)."""
     out: dict[str, dict] = {}
     for path in sorted((Path(conf.__file__).parent / "model").glob("*.yaml")):
         doc = yaml.safe_load(path.read_text()) or {}
         if doc.get("hf_id"):
             out.setdefault(_norm(doc["hf_id"]), {"name": path.stem, "hf_id": doc["hf_id"],
                                                  "num_experts": doc.get("num_experts") or 0,
-                                                 "dtype": doc.get("dtype", "bfloat16")})
+                                                 "dtype": doc.get("dtype", "bfloat16"),
+                                                 "moe_dtype": doc.get("moe_dtype") or ""})
     return out
 
 
@@ -66,11 +68,14 @@ def _quant(v) -> str | None:
     return None if pd.isna(v) or str(v).strip() == "" else str(v).strip().lower()
 
 
-def dtypes_of(row: dict, num_experts: int, checkpoint: str = "bfloat16"
-              ) -> tuple[str, str | None, str]:
+def dtypes_of(row: dict, num_experts: int, checkpoint: str = "bfloat16",
+              checkpoint_moe: str = "") -> tuple[str, str | None, str]:
     """``(model.dtype, model.moe_dtype or None to keep the model's, reason)`` of a CSV row:
     fp8 → fp8, fp8_block (128×128 block scales) → fp8_block; bf16 or unset → bfloat16; 4-bit
-    weights are not modelled.
+    weights are not modelled, but for a checkpoint whose experts are MXFP4 (gpt-oss: 4-bit
+    experts, bf16 elsewhere) a 4-bit row is the checkpoint as published, served as it is
+    (on Hopper its experts run weight-only 4-bit kernels with bf16 activations: no FP4 tensor
+    cores; the rows label it ``nvfp4``).
 
     The rows' ``fp8`` label does not say whether scales are per tensor or per block. Routed
     experts run the fused-MoE kernel of the checkpoint's own format, so an ``fp8`` row of a
@@ -79,6 +84,9 @@ def dtypes_of(row: dict, num_experts: int, checkpoint: str = "bfloat16"
     that label. (vLLM's measured block-scaled GEMM has a ~60 µs floor at small M that the rows'
     own TPOT rules out for serving.)"""
     q = _quant(row.get("gemm_quant_mode")) or _quant(row.get("precision"))
+    if checkpoint_moe == "mxfp4" and q in FP4 and (_quant(row.get("moe_quant_mode")) or q) \
+            in FP4:
+        return checkpoint, None, ""
     if q is None or q in BF16:
         dtype = "bfloat16"
     elif q in FP8:
@@ -200,7 +208,8 @@ def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
         backend = str(row["backend"])
         reason = _reason(row, hardware, model)
         dtype, moe_dtype, why = dtypes_of(row, model["num_experts"] if model else 0,
-                                          model["dtype"] if model else "bfloat16")
+                                          model["dtype"] if model else "bfloat16",
+                                          model["moe_dtype"] if model else "")
         reason = reason or why
         notes = []
         if model and model["hf_id"] != row["model_path"]:

@@ -334,14 +334,17 @@ def memory_budget(
     refuses a model that does not fit.
 
     Each stage sizes its own cache; the replica gets the smallest block count of all stages
-    (as vLLM's ``num_gpu_blocks`` with pipeline parallelism) and the largest fixed state.
+    (as vLLM's ``num_gpu_blocks`` with pipeline parallelism), the largest fixed state, and
+    the binding stage's sliding-window blocks.
     """
     stages = [_stage_budget(model, hw, sched, kv, tp, ep, pp, i, s, rule)
               for i, s in enumerate(pipeline_stages(model, pp))]
     binding = min(stages, key=lambda b: b.num_gpu_blocks)
-    most = max(stages, key=lambda b: b.state_blocks_per_request)
+    # the fixed state of the stage that holds the most; the window's blocks in the binding
+    # stage's own blocks (an approximation where stages split the kinds of layer unevenly)
+    fixed = max(b.fixed_state_blocks for b in stages)
+    state = fixed + cdiv(binding.window_layers * binding.window_cap, binding.block_layers)
     return dataclasses.replace(
-        binding, state_blocks_per_request=most.state_blocks_per_request,
+        binding, state_blocks_per_request=state,
         state_bytes_per_request=max(b.state_bytes_per_request for b in stages),
-        fixed_state_blocks=most.fixed_state_blocks, window_layers=most.window_layers,
-        block_layers=most.block_layers, window_cap=most.window_cap)
+        fixed_state_blocks=fixed)

@@ -110,7 +110,8 @@ class PagedKVCache:
 
     def set_lengths(self, prompt: np.ndarray, max_output: np.ndarray) -> None:
         """Each request's prompt and most output tokens (the request table's columns, shared
-        with it, not copied): how long it can grow, which sizes its sliding-window blocks."""
+        with it, not copied; a disaggregated prefill pool's table ends at the first token):
+        how long it can grow, which sizes its sliding-window blocks."""
         self._prompt, self._output = prompt, max_output
 
     def blocks_for(self, num_tokens):
@@ -123,10 +124,13 @@ class PagedKVCache:
         return state_blocks_for(num_tokens, self.block_size, self.state_blocks, self.window)
 
     def state_of(self, rids):
-        """``state_for_tokens`` of request(s) ``rids``, from their prompt and output."""
+        """``state_for_tokens`` of request(s) ``rids``: of the most tokens each ever caches,
+        its prompt and output but the last token (as ``fits_alone`` is asked)."""
         if self.window is None:
             return self.state_blocks
-        return self.state_for_tokens(self._prompt[rids] + self._output[rids])
+        if self._prompt is None:
+            raise RuntimeError("a cache paging sliding-window layers needs set_lengths")
+        return self.state_for_tokens(self._prompt[rids] + self._output[rids] - 1)
 
     @property
     def holds_state(self) -> bool:

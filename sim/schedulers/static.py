@@ -79,6 +79,8 @@ class StaticScheduler(TokenBudgetScheduler):
                 break
             width = max(widest, int(t.num_tokens[rid] - t.computed[rid]))
             need = int(kv.blocks_for(t.prompt[rid] + t.max_output[rid] - 1) - kv.held[rid])
+            if not kv.held[rid]:
+                need += int(kv.state_of(rid))  # its state blocks come with its first ones
             if width * (len(chosen) + 1) > self.budget or need > free:
                 break
             chosen.append(rid)
@@ -108,7 +110,8 @@ class StaticScheduler(TokenBudgetScheduler):
             self._admit(rid, now)
             # reserve the whole request: prompt plus every output token but the last
             done = int(t.computed[rid])
-            self.kv.allocate(rid, done, int(t.prompt[rid] + t.max_output[rid] - 1) - done)
+            taken = self.kv.allocate(rid, done, int(t.prompt[rid] + t.max_output[rid] - 1) - done)
+            assert taken is not None, "candidates() counted blocks the cache does not have"
         ids = np.array(chosen, np.int64)
         self.running = ids
         ctx = t.computed[ids].copy()

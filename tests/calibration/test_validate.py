@@ -38,8 +38,10 @@ def test_row_maps_to_config_overrides():
             gemm_quant_mode="fp8"),
         row(id="d", model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8",
             gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size=4.0, moe_ep_size=4.0),
+        row(id="e", model_path="openai/gpt-oss-120b", precision="fp4",
+            gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size=2.0),
     ])
-    a, b, c, d = plan_rows(rows, "h100_sxm").to_dict("records")
+    a, b, c, d, e = plan_rows(rows, "h100_sxm").to_dict("records")
     assert a["reason"] == "" and a["model"] == "llama3_8b" and a["scheduler"] == "trtllm"
     assert {"model=llama3_8b", "backend=trtllm", "scheduler=trtllm", "model.dtype=bfloat16",
             "cluster.tensor_parallel_size=2", "workload.concurrency=4",
@@ -54,12 +56,17 @@ def test_row_maps_to_config_overrides():
     assert {"model.dtype=fp8", "kv_cache.dtype=fp8"} <= set(c["overrides"])
     # a block-scaled checkpoint's experts stay block-scaled under an "fp8" row
     assert {"model.dtype=fp8", "model.moe_dtype='fp8_block'"} <= set(d["overrides"])
+    # gpt-oss's 4-bit rows serve its checkpoint: bf16 layers, its own MXFP4 experts
+    assert e["reason"] == "" and e["model"] == "gpt_oss_120b" and e["dtype"] == "bfloat16"
+    assert "model.dtype=bfloat16" in e["overrides"]
+    assert not any(o.startswith("model.moe_dtype") for o in e["overrides"])
 
 
 def test_unsupported_rows_get_reasons():
     rows = pd.DataFrame([
-        row(id="fp4", model_path="openai/gpt-oss-120b", precision="fp4",
-            gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"),
+        row(id="fp4", precision="fp4", gemm_quant_mode="nvfp4"),  # a bf16 checkpoint
+        row(id="fp4_dense", model_path="openai/gpt-oss-120b", precision="fp4",
+            gemm_quant_mode="nvfp4", moe_quant_mode="bf16"),  # its experts, not its layers
         row(id="unknown", model_path="acme/Nope-7B"),
         row(id="disagg", mode="disagg", silicon_data_source="s; silicon_concurrency=4",
             prefill_attention_dp_size=4.0),
@@ -68,6 +75,7 @@ def test_unsupported_rows_get_reasons():
     ])
     reasons = plan_rows(rows, "h100_sxm").set_index("id")["reason"]
     assert "nvfp4" in reasons["fp4"] and "not modelled" in reasons["fp4"]
+    assert "nvfp4" in reasons["fp4_dense"] and "not modelled" in reasons["fp4_dense"]
     assert "no conf/model" in reasons["unknown"]
     assert "prefill_attention_dp_size=4" in reasons["disagg"]
     assert "without silicon_concurrency" in reasons["disagg_c"]
