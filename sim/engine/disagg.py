@@ -10,7 +10,9 @@ prefill queue and compute + transfer + the decode replica's first step.
 The transfer takes ``kv_transfer_latency_us + prompt tokens × bytes per token per GPU /
 kv_transfer_bandwidth``: every GPU of a replica moves its own shard of the KV cache (its
 KV heads of its pipeline stage's layers) over its own link, and the side with the larger
-shard (the smaller tensor-parallel size) sets the time. The decode replica allocates its
+shard (the smaller tensor-parallel size) sets the time. Sliding-window layers that keep only
+their window (``sim.kv.rules.sliding_paged_as_full``) send the last ``min(prompt,
+sliding_window)`` tokens' K and V. The decode replica allocates its
 blocks when the request is admitted after the transfer; a transfer whose decode replica fails
 is sent again to another one (unless the request has used up its retries), and a prefilled
 request fails (``no_replica_left``) when every decode replica is lost for good.
@@ -28,7 +30,7 @@ import pandas as pd
 from sim.cost.base import BOUNDS
 from sim.engine.faults import LinkSchedule
 from sim.engine.replica import TIMELINE_COLUMNS
-from sim.kv.budget import kv_bytes_per_token
+from sim.kv.budget import kv_bytes_per_token, window_bytes_per_token
 from sim.kv.rules import sliding_paged_as_full
 from sim.records import ColumnBuffer
 from sim.state import NO_REPLICA_LEFT, TRANSFERRING
@@ -47,13 +49,19 @@ class Disaggregation:
         prefill.on_finish = self._prefilled
         cfg = cluster.cfg
         c = cfg.cluster
-        tps = (p.cfg.cluster.tensor_parallel_size for p in (prefill, decode))
         # pipeline stages hold their own layers: each GPU sends its stage's shard
         full = sliding_paged_as_full(cfg.backend.name, cfg.model, cfg.kv_cache)
+        tps = [p.cfg.cluster.tensor_parallel_size for p in (prefill, decode)]
+        stages = max(1, getattr(c, "pipeline_parallel_size", 1))
         per_gpu = max(kv_bytes_per_token(cfg.model, cfg.kv_cache, tp, sliding_full=full)
-                      for tp in tps) / max(1, getattr(c, "pipeline_parallel_size", 1))
+                      for tp in tps) / stages
+        window = max(window_bytes_per_token(cfg.model, cfg.kv_cache, tp, sliding_full=full)
+                     for tp in tps) / stages
         bandwidth = c.kv_transfer_bandwidth or cfg.hardware.nvlink_bandwidth
         self.seconds_per_token = per_gpu / bandwidth
+        # the window's tokens of the sliding-window layers paged by window
+        self.window_seconds_per_token = window / bandwidth
+        self.window_tokens = cfg.model.sliding_window if window else 0
         self.latency_s = c.kv_transfer_latency_us * 1e-6
         n = cluster.table.size
         self.start_s = np.full(n, np.nan)  # of the last transfer of each request
@@ -69,7 +77,8 @@ class Disaggregation:
     def transfer_time(self, prompt_tokens: int, start: float = 0.0) -> float:
         """Seconds to move the KV cache of a prompt to a decode replica, starting at
         ``start`` (which matters only on a degraded link)."""
-        data_s = prompt_tokens * self.seconds_per_token
+        data_s = prompt_tokens * self.seconds_per_token + \
+            min(prompt_tokens, self.window_tokens) * self.window_seconds_per_token
         if self.link is None:
             return self.latency_s + data_s
         return self.link.transfer_time(start, self.latency_s, data_s)

@@ -97,6 +97,14 @@ def kv_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int, pp: int =
                for s in pipeline_stages(model, pp))
 
 
+def window_bytes_per_token(model: ModelConfig, kv: KVCacheConfig, tp: int, pp: int = 1,
+                           sliding_full: bool = False) -> int:
+    """K and V per token of the sliding-window layers that keep only their window (0 where
+    the engine pages them as full ones), on one GPU of ``tp`` of the largest pipeline stage."""
+    return max(paged_layers(model, s, sliding_full)[1] * _layer_kv_bytes(model, kv, tp)
+               for s in pipeline_stages(model, pp))
+
+
 def _stage_linear_state_bytes(model: ModelConfig, tp: int, stage: Stage) -> int:
     """Fixed state of the stage's linear-attention layers per request (recurrent and
     short-convolution state, in the activation dtype)."""

@@ -144,3 +144,20 @@ def test_a_transfer_cut_by_its_decode_replicas_failure_is_sent_again(compose_cfg
     assert table.status[0] == FINISHED and table.retries[0] == 1
     assert cluster.disagg.start_s[0] == pytest.approx(STEP_S + 3.0)
     assert table.completion[0] == pytest.approx(STEP_S + 3.0 + transfer + 3 * STEP_S)
+
+
+@pytest.mark.parametrize("backend, window_tokens", [("vllm", 128), ("sglang", 0)])
+def test_the_transfer_moves_the_window_of_sliding_layers(compose_cfg, backend, window_tokens):
+    """gpt-oss-20b: 12 full and 12 sliding layers, 2 × 8 KV heads × 64 dims × 2 bytes a layer
+    and token. vLLM keeps the sliding layers' window: a 1,000-token prompt sends 1,000 tokens
+    of 12 layers and the last 128 of the other 12; SGLang keeps every token of all 24."""
+    cfg = compose_cfg("model=gpt_oss_20b", "cluster=disagg", f"backend={backend}",
+                      "cost_model=constant", "cluster.kv_transfer_bandwidth=1e9",
+                      "cluster.kv_transfer_latency_us=100")
+    rec = simulate(cfg, one_request(prompt=1000, output=5))
+    r = rec.requests.iloc[0]
+    layer = 2 * 8 * 64 * 2
+    sent = 1000 * 12 * layer + window_tokens * 12 * layer if window_tokens else \
+        1000 * 24 * layer
+    assert r["kv_transfer_end_s"] - r["kv_transfer_start_s"] == pytest.approx(
+        100e-6 + sent / 1e9)
