@@ -181,9 +181,8 @@ def memory_plan(cfg, context: int) -> dict:
     b = replica_memory_budget(cfg)
     override = getattr(cfg.kv_cache, "num_gpu_blocks", None)
     blocks = kv_blocks(cfg.kv_cache, b)
-    window = (b.window_layers, b.block_layers, b.window_cap) if b.window_layers else None
-    state_blocks = int(state_blocks_for(context, b.block_size, b.fixed_state_blocks, window)
-                       if window else b.state_blocks_per_request)
+    state_blocks = int(state_blocks_for(context, b.block_size, b.fixed_state_blocks, b.window)
+                       if b.window else b.state_blocks_per_request)
     per_seq = -(-context // b.block_size) + state_blocks
     kv_limit = (blocks - 1) // per_seq
     return {

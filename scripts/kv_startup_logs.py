@@ -12,14 +12,12 @@ max_num_batched_tokens 8192).
 
 from __future__ import annotations
 
-import re
-
 from hydra import compose, initialize_config_module
 
 import conf.schema  # noqa: F401  (registers the config schemas)
 from sim.builders import plain, replica_memory_budget
 from sim.kv.budget import GIB
-from sim.kv.rules import startup_lines
+from sim.kv.rules import vllm_kv_capacity
 
 LOGS = "https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e0/accuracy/results/v0.19.0/logs/"
 # (log file, overrides, logged "Available KV cache memory" GiB, logged "GPU KV cache size",
@@ -83,14 +81,9 @@ def main() -> None:
             cfg = plain(compose("config", overrides=BASE + over))
             b = replica_memory_budget(cfg)
             ours_gib = b.kv_cache_bytes / GIB
-            # the engine's own lines (sim.kv.rules.startup_lines): vLLM logs tokens of the
-            # whole model, one GPU's blocks (its heads of TP, its layers of PP) divided
-            # among its KV cache groups
-            lines = startup_lines(b, b.block_bytes // b.block_size, 8192,
-                                  cfg.model.max_position_embeddings,
-                                  cfg.scheduler.max_num_batched_tokens)
-            ours_tokens = int(re.search(r"size: ([\d,]+) tokens", lines[1])[1].replace(",", ""))
-            ours_x = float(re.search(r": ([\d.]+)x$", lines[2])[1])
+            # the numbers of the engine's own lines: vLLM logs tokens of the whole model, one
+            # GPU's blocks (its heads of TP, its layers of PP) divided among its KV cache groups
+            ours_tokens, ours_x = vllm_kv_capacity(b, 8192, cfg.scheduler.max_num_batched_tokens)
             logged_x = (f"{concurrency[0]:.2f} | {ours_x:.2f} | "
                         f"{100 * (ours_x / concurrency[0] - 1):+.1f}%") if concurrency else \
                 "— | — | —"

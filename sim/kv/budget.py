@@ -273,6 +273,13 @@ class MemoryBudget:
     window_cap: int = 0
 
     @property
+    def window(self) -> tuple[int, int, int] | None:
+        """``(window_layers, block_layers, window_cap)`` for the KV manager
+        (``sim.kv.manager.state_blocks_for``), or None where no layer is paged by window."""
+        return (self.window_layers, self.block_layers, self.window_cap) if \
+            self.window_layers else None
+
+    @property
     def max_tokens(self) -> int:
         """Tokens the cache can hold at once across all requests (ignoring fixed state)."""
         return self.num_gpu_blocks * self.block_size

@@ -30,8 +30,7 @@ def build_kv_cache(kv_cfg, hardware, budget, num_requests: int,
     sliding-window blocks.
     """
     most = int(getattr(budget, "state_blocks_per_request", 0))
-    layers = int(getattr(budget, "window_layers", 0))
-    window = (layers, budget.block_layers, budget.window_cap) if layers else None
+    window = getattr(budget, "window", None)
     blocks = kv_blocks(kv_cfg, budget)
     if blocks < 2 + most:
         raise ConfigError("kv_cache.num_gpu_blocks", blocks, f"must be >= {2 + most} (the "

@@ -127,14 +127,23 @@ def startup_lines(budget, kv_bytes_per_token: int, max_model_len: int, context_l
     if budget.rule == "trtllm":
         t = budget.kv_cache_bytes // max(kv_bytes_per_token, 1)
         return [f"Estimated max tokens in KV cache : {t}"]
+    tokens, concurrency = vllm_kv_capacity(budget, max_model_len, max_num_batched_tokens)
+    return [f"Available KV cache memory: {budget.kv_cache_bytes / gib:.2f} GiB",
+            f"GPU KV cache size: {tokens:,} tokens",
+            f"Maximum concurrency for {max_model_len:,} tokens per request: "
+            f"{concurrency:.2f}x"]
+
+
+def vllm_kv_capacity(budget, max_model_len: int, max_num_batched_tokens: int
+                     ) -> tuple[int, float]:
+    """The "GPU KV cache size" tokens and "Maximum concurrency" vLLM logs for ``budget``: its
+    blocks of ``budget.groups.size`` layers divided among its KV cache groups
+    (``_report_kv_cache_config``), and over the blocks one request of ``max_model_len``
+    tokens may take (``get_max_concurrency_for_kv_cache_config``: each full group holds
+    max_model_len tokens, each sliding group ``min(window − 1 + max_num_batched_tokens,
+    max_model_len)`` plus one block, ``SlidingWindowSpec.max_memory_usage_bytes``)."""
     g, bs = budget.groups, budget.block_size
     blocks = budget.kv_cache_bytes // (budget.layer_block_bytes * g.size)
-    # vLLM's _report_kv_cache_config and get_max_concurrency_for_kv_cache_config: each full
-    # group holds max_model_len, each sliding group min(window − 1 + budget, max_model_len)
-    # tokens plus one block (SlidingWindowSpec.max_memory_usage_bytes)
     window = min(budget.sliding_window - 1 + max_num_batched_tokens, max_model_len)
     per_request = g.full * -(-max_model_len // bs) + g.sliding * (-(-window // bs) + 1)
-    return [f"Available KV cache memory: {budget.kv_cache_bytes / gib:.2f} GiB",
-            f"GPU KV cache size: {blocks // (g.full + g.sliding) * bs:,} tokens",
-            f"Maximum concurrency for {max_model_len:,} tokens per request: "
-            f"{blocks / per_request:.2f}x"]
+    return blocks // (g.full + g.sliding) * bs, blocks / per_request

@@ -39,6 +39,7 @@ def test_static_reserves_the_window_blocks(compose_cfg, open_loop):
     rec = simulate(cfg, open_loop(np.zeros(2), np.full(2, 1000), np.full(2, 105)))
     assert (rec.requests["status"] == "completed").all()
     assert rec.timeline["kv_blocks_used"].max() == 69 + 69
+    assert rec.requests["first_token_s"].nunique() == 2  # two batches, one after the other
 
 
 def test_a_prefill_pool_holds_the_prompts_window(compose_cfg, open_loop):
