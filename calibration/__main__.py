@@ -13,6 +13,8 @@
   (FA2, FA3, …) that price a diffusion transformer's ``model.diffusion.attention_impl``;
 - ``fit-attention-split csv=PATH``: fit how much of a kernel class's time is SM work (what
   carries it to a GPU of another tensor/FP32 ratio) on a second GPU's jobs;
+- ``fit-vae-conv3d csv=PATH``: fit the efficiency of a video VAE's channels-first 3D
+  convolutions (a CUDA-core class) on whole jobs;
 - ``profile …``: measure kernels on this machine's GPU into the aiconfigurator layout.
 """
 
@@ -22,7 +24,7 @@ import importlib
 import sys
 
 COMMANDS = ("fit", "check", "validate", "from-bench", "validate-diffusion", "fit-execution",
-            "fit-attention-kernels", "fit-attention-split", "profile")
+            "fit-attention-kernels", "fit-attention-split", "fit-vae-conv3d", "profile")
 
 
 def main(argv: list[str] | None = None) -> int:

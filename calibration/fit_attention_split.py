@@ -21,21 +21,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
-from scipy.optimize import minimize_scalar
 
-import conf
 from calibration.config import command_main, compose_command
-from calibration.fitting import signed_error_summary
-from calibration.silicon_rows import hardware_doc
-from calibration.validate_diffusion import plan_rows, read_rows, simulate_rows
+from calibration.job_fit import (
+    fit_calibration,
+    fit_scalar,
+    pipeline_doc,
+    predict,
+    report,
+    row_labels,
+    rows_on,
+)
+from calibration.validate_diffusion import plan_rows, read_rows
 from sim.cost.attention_kernels import CALIBRATED, IMPLS, load_kernel_classes, split_path
 from sim.errors import ConfigError
 
@@ -60,55 +63,28 @@ ConfigStore.instance().store(name="base_fit_attention_split", node=FitAttentionS
 
 def pipeline_kernel(model: str) -> str:
     """The kernel class ``model``'s pipeline runs by default ("" for the backend's tables)."""
-    doc = yaml.safe_load((Path(conf.__file__).parent / "model" / f"{model}.yaml").read_text())
-    impl = ((doc or {}).get("diffusion") or {}).get("attention_impl", CALIBRATED)
-    return IMPLS.get(impl, "")
+    return IMPLS.get(pipeline_doc(model).get("attention_impl", CALIBRATED), "")
 
 
 def kernel_rows(table: pd.DataFrame, kernel: str, gpus: list[str]) -> pd.DataFrame:
     """The mapped rows on ``gpus`` whose pipeline runs ``kernel``."""
-    ok = table[(table["reason"] == "") & table["hardware"].isin(list(gpus))]
-    runs = ok["model"].map({m: pipeline_kernel(m) for m in ok["model"].unique()})
-    return ok[runs == kernel].reset_index(drop=True)
+    return rows_on(table, gpus, lambda m: pipeline_kernel(m) == kernel)
 
 
-def predict(rows: pd.DataFrame, backend: str, share: float) -> pd.DataFrame:
-    """Every row priced with the kernel's SM share ``share``; ``err_pct`` signed. A row the
-    simulator refuses (a plan that does not fit in memory) has ``reason`` and no prediction."""
-    cfg = SimpleNamespace(backend=backend, overrides=[f"{SHARE}={float(share):.6g}"])
-    return simulate_rows(rows.drop(columns=["pred_s", "err_pct"], errors="ignore"), cfg)
+def with_share(share: float) -> list[str]:
+    return [f"{SHARE}={float(share):.6g}"]
 
 
 def fit_share(rows: pd.DataFrame, backend: str) -> float:
     """The share in [0, 1] that minimises the rows' squared log error."""
-    def loss(x: float) -> float:
-        p = predict(rows, backend, x)
-        p = p[p["reason"] == ""]
-        return float(np.sum(np.log(p["pred_s"] / p["meas_s"]) ** 2))
-
-    return float(minimize_scalar(loss, bounds=(0.0, 1.0), method="bounded",
-                                 options={"xatol": 1e-3}).x)
-
-
-def errors(p: pd.DataFrame) -> dict:
-    """n, median and p90 absolute % error and the signed median of the predicted rows."""
-    return signed_error_summary(p.loc[p["reason"] == "", "err_pct"])
+    return fit_scalar(rows, backend, SHARE, (0.0, 1.0), 1e-3)
 
 
 def run(cfg, outdir: Path) -> dict:
     """Fit on ``gpus``, predict ``held_out_gpus``, print both before and after, write."""
     if cfg.kernel not in set(IMPLS.values()):
         raise ConfigError("kernel", cfg.kernel, f"one of {sorted(set(IMPLS.values()))}")
-    if not cfg.gpus:
-        raise ConfigError("gpus", list(cfg.gpus), "at least one hardware name to fit on")
-    if set(cfg.gpus) & set(cfg.held_out_gpus):
-        raise ConfigError("held_out_gpus", list(cfg.held_out_gpus),
-                          f"must not hold out a GPU it fits on ({list(cfg.gpus)})")
-    cals = {g: (hardware_doc(g) or {}).get("calibration") for g in cfg.gpus}
-    if None in cals.values() or len(set(cals.values())) != 1:
-        raise ConfigError("gpus", list(cfg.gpus), "hardware names of one calibration "
-                          f"(conf/hardware/<name>.yaml calibration:), got {cals}")
-    calibration = next(iter(cals.values()))
+    calibration = fit_calibration(cfg.gpus, cfg.held_out_gpus)
     if cfg.kernel not in load_kernel_classes(calibration):
         raise ConfigError("kernel", cfg.kernel, f"no measured kernel class of calibration "
                           f"{calibration!r} (python -m calibration fit-attention-kernels)")
@@ -121,24 +97,10 @@ def run(cfg, outdir: Path) -> dict:
     share = fit_share(fit_rows, cfg.backend)
     rows = pd.concat([fit_rows.assign(split="fit"), held_rows.assign(split="held_out")],
                      ignore_index=True)
-    before, after = predict(rows, cfg.backend, 0.0), predict(rows, cfg.backend, share)
-    shown = rows[["split", "model", "hardware", "plan", "meas_s"]].assign(
-        pred_before_s=before["pred_s"], err_before_pct=before["err_pct"],
-        pred_after_s=after["pred_s"], err_after_pct=after["err_pct"],
-        reason=after["reason"].str.slice(0, 70))
     print(f"{cfg.kernel}: SM share {share:.3f} of its time on the GPU it was measured on "
           f"(fitted on {list(cfg.gpus)}, {len(fit_rows)} rows)")
-    print(shown.round(1).to_string(index=False))
-    table_err = {}
-    print("\n| split | hardware | n | median abs % before -> after | p90 abs % | signed median % |")
-    print("|---|---|---:|---:|---:|---:|")
-    for (split, hw), idx in rows.groupby(["split", "hardware"]).groups.items():
-        b, a = errors(before.loc[idx]), errors(after.loc[idx])
-        table_err.setdefault(split, {})[hw] = {"before": b, "after": a}
-        if a["signed_median_pct"] is not None and b["signed_median_pct"] is not None:
-            print(f"| {split} | {hw} | {a['n']} | {b['median_abs_pct']} -> "
-                  f"{a['median_abs_pct']} | {b['p90_abs_pct']} -> {a['p90_abs_pct']} | "
-                  f"{b['signed_median_pct']:+} -> {a['signed_median_pct']:+} |")
+    table_err = report(rows, predict(rows, cfg.backend, with_share(0.0)),
+                       predict(rows, cfg.backend, with_share(share)))
     doc = {"written_by": f"python -m calibration fit-attention-split csv={cfg.csv} "
                          f"kernel={cfg.kernel} gpus=[{','.join(cfg.gpus)}] "
                          f"held_out_gpus=[{','.join(cfg.held_out_gpus)}]",
@@ -148,9 +110,7 @@ def run(cfg, outdir: Path) -> dict:
                    "kernel was measured on",
            "method": "scipy minimize_scalar of the squared log error of whole jobs on the fit "
                      "GPUs; the held-out GPUs only predicted",
-           "fit_rows": [f"{r.model} {r.hardware} {r.plan}" for r in fit_rows.itertuples()],
-           "held_out_rows": [f"{r.model} {r.hardware} {r.plan}"
-                             for r in held_rows.itertuples()],
+           "fit_rows": row_labels(fit_rows), "held_out_rows": row_labels(held_rows),
            "errors": table_err,
            "sm_share": {cfg.kernel: round(share, 4)}}
     if cfg.write:

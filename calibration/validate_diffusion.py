@@ -16,9 +16,10 @@ job (``DiffusionCostModel.timing``: text encoders, steps, VAE decode):
 
 Printed: every row's predicted and measured seconds and signed error ``(pred - meas) /
 meas``, the median absolute and signed error per (model, GPU, mode), the 1 -> N speed-up
-measured beside predicted (per model, GPU, mode and plan family), and the rows not simulated
-with their reasons. Written to the run's output dir: ``validate_diffusion.json`` and
-``rows.parquet``.
+measured beside predicted (per model, GPU, mode and plan family), the serial and per-step
+parts fitted to the one-GPU and Ulysses rows of three or more GPU counts (``serial_parts``),
+and the rows not simulated with their reasons. Written to the run's output dir:
+``validate_diffusion.json``, ``validate_diffusion.md`` and ``rows.parquet``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from hydra import compose
 from hydra.core.config_store import ConfigStore
@@ -226,6 +228,32 @@ def speedups(done: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def serial_parts(done: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, GPU, mode, job shape) with Ulysses (or one-GPU) rows on at least three GPU
+    counts: ``T(N) = serial + steps × step / N`` fitted by least squares to the measured and
+    to the predicted seconds. Sequence parallelism splits the DiT's steps, not the text
+    encoders or the decode, so the fit separates the two parts a whole-job error mixes (its
+    serial part also takes the communication's growth with N); ``pred_encode_decode_s`` is
+    the model's own serial stages on one GPU."""
+    rows = []
+    keys = ["model", "hardware", "execution", "width", "height", "frames", "steps"]
+    for (m, hw, mode, *_, steps), g in done.groupby(keys):
+        g = g[g["family"].isin(["single", "ulysses"])]
+        if g["num_gpus"].nunique() < 3:
+            continue
+        a = np.column_stack([np.ones(len(g)), 1.0 / g["num_gpus"].to_numpy(float)])
+        (ms, mb), (ps, pb) = (np.linalg.lstsq(a, g[c].to_numpy(float), rcond=None)[0]
+                              for c in ("meas_s", "pred_s"))
+        one = g[g["num_gpus"] == 1]
+        own = float((one["encode_s"] + one["decode_s"]).iloc[0]) if len(one) else math.nan
+        rows.append({"model": m, "hardware": hw, "execution": mode, "n": len(g),
+                     "gpus": ",".join(str(n) for n in sorted(g["num_gpus"])),
+                     "measured_serial_s": ms, "predicted_serial_s": ps,
+                     "pred_encode_decode_s": own, "measured_step_s": mb / steps,
+                     "predicted_step_s": pb / steps, "step_err_pct": (pb / mb - 1) * 100})
+    return pd.DataFrame(rows)
+
+
 def _md(df: pd.DataFrame, digits: int = 1) -> str:
     if df.empty:
         return "(none)"
@@ -251,9 +279,11 @@ def run(cfg, outdir: Path) -> dict:
     done = table[table["reason"] == ""]
     shown = done[["model", "hardware", "plan", "execution", "width", "height", "frames",
                   "steps", "meas_s", "pred_s", "err_pct"]]
-    sums, ups = summary(done), speedups(done)
+    sums, ups, serial = summary(done), speedups(done), serial_parts(done)
     parts = ["### every row (err % = (pred - meas) / meas)", _md(shown),
-             "### per (model, GPU, mode)", _md(sums), "### 1 -> N speed-ups", _md(ups, 2)]
+             "### per (model, GPU, mode)", _md(sums), "### 1 -> N speed-ups", _md(ups, 2),
+             "### serial and step parts (T(N) = serial + steps x step / N, least squares "
+             "over the one-GPU and Ulysses rows)", _md(serial, 2)]
     skipped = table[table["reason"] != ""]
     if len(skipped):
         parts += [f"### {len(skipped)} rows not simulated",
@@ -263,6 +293,7 @@ def run(cfg, outdir: Path) -> dict:
     print(text)
     doc = {"csv": str(path), "rows": len(table), "simulated": len(done),
            "per_model_gpu_mode": sums.to_dict("records"), "speedups": ups.to_dict("records"),
+           "serial_parts": serial.to_dict("records"),
            "not_simulated": skipped[["row", "reason"]].to_dict("records"),
            "wall_s": round(time.perf_counter() - t0, 2)}
     outdir.mkdir(parents=True, exist_ok=True)

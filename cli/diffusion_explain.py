@@ -35,11 +35,13 @@ import pandas as pd
 from analysis.roofline_chart import write_roofline_chart
 from sim.cost.attention_kernels import CALIBRATED, fallback_note, kernel_class
 from sim.cost.base import OperatorCost
+from sim.cost.conv3d import conv3d_efficiency
 from sim.diffusion.cost import STAGES, DiffusionCostModel
 from sim.diffusion.execution import execution_of
 from sim.diffusion.job import GUIDANCE_MODES, JobShape, JobTiming, ParallelPlan
 from sim.diffusion.pipeline import Job, with_defaults
 from sim.diffusion.plans import parse_plan
+from sim.diffusion.vae import decode_tiles
 from sim.errors import ConfigError
 
 OWN_KEYS = ("job", "plan", "gpus", "steps", "images", "guidance")
@@ -177,6 +179,37 @@ def execution_line(pipe, hw) -> str:
             "takes max(GPU, host); model.diffusion.execution=compiled for torch.compile)")
 
 
+def vae_line(job: Job, hw) -> str:
+    """How the VAE decodes this job: its tiles and what runs its convolutions."""
+    v = job.pipe.vae
+    tiles = decode_tiles(v, job.latent_frames, job.latent_height, job.latent_width)
+    n = sum(k for k, _ in tiles)
+    t, h, w = tiles[0][1]
+    if n == 1:
+        cut = "the latent whole"
+    elif v.tile_mode == "cached":
+        cut = f"{n} chunks of {t}x{h}x{w} latent in turn, a cache carrying each to the next"
+    else:
+        cut = (f"{n} tiles of up to {t}x{h}x{w} latent, each on its own ({v.tile_px} px every "
+               f"{v.tile_stride_px or v.tile_px}"
+               + (f", {v.tile_frames} frames every {v.tile_stride_frames or v.tile_frames}"
+                  if v.tile_frames else "") + "; overlaps decoded twice)")
+    eff = conv3d_efficiency(hw.calibration, v.conv3d_efficiency) if (
+        v.conv3d and v.conv3d_layout == "channels_first"
+        and getattr(hw, "fp32_flops", 0.0)) else None
+    if not v.conv3d:
+        conv = "2D convolutions as tensor-core GEMMs"
+    elif eff is None:
+        conv = f"3D convolutions ({v.conv3d_layout}) as tensor-core GEMMs"
+    else:
+        conv = (f"3D convolutions channels-first on the CUDA cores at {100 * eff:.1f}% of the "
+                f"FP32 peak ({eff * hw.fp32_flops / 1e12:.0f} TFLOP/s; "
+                "model.diffusion.vae.conv3d_layout=channels_last for tensor cores)")
+    mask = ("; the frame-causal mask built by a Python loop, one launch per row"
+            if v.mid_attention and v.mid_attention_joint and v.causal_mask_loop else "")
+    return f"{cut}; {conv}{mask}"
+
+
 def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: bool) -> list[str]:
     frames = f"x{job.frames} frames" if job.frames > 1 else ""
     how = "the fastest valid plan (plan=auto)" if auto else "plan"
@@ -188,6 +221,7 @@ def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: boo
             f"{how}: {plan.label()} ({plan.gpus} GPUs)",
             f"attention kernel: {attention_line(job.pipe.attention_impl, hw, job.pipe)}",
             f"execution: {execution_line(job.pipe, hw)}",
+            f"vae decode: {vae_line(job, hw)}",
             f"balance point (peak FLOP/s / memory bandwidth): bf16 "
             f"{hw.bf16_flops / hw.hbm_bandwidth:,.0f} FLOP/B (below it an operator is "
             "memory-bound, above it compute-bound; bound is the cost model's verdict)"]

@@ -100,10 +100,31 @@ class VAEConfig:
     resnets_per_level: int = 3
     spatial_upsample: list[bool] = field(default_factory=lambda: [True, True, True, False])
     temporal_upsample: list[bool] = field(default_factory=lambda: [False, False, False, False])
-    # tiled decode (sim.diffusion.memory): tiles of tile_px x tile_px pixels and tile_frames
-    # frames; 0: untiled
+    # tiled decode (sim.diffusion.vae.decode_tiles): tiles of tile_px x tile_px pixels every
+    # tile_stride_px pixels, and of tile_frames frames every tile_stride_frames frames, as the
+    # reference code cuts the latent (0: untiled; a stride of 0: the tile, no overlap)
     tile_px: int = 0
+    tile_stride_px: int = 0
     tile_frames: int = 0
+    tile_stride_frames: int = 0
+    # independent: every tile decoded on its own, the overlaps twice (HunyuanVideo); cached:
+    # chunks of frames decoded in turn with a causal feature cache, the work of the whole
+    # latent (Wan, CogVideoX), the memory of a chunk
+    tile_mode: str = "independent"
+    # the 3D convolutions' memory layout (sim.diffusion.vae): channels_first (PyTorch's
+    # default NCDHW, what the reference VAEs run: cuDNN's CUDA-core kernels, the calibrated
+    # class of kernels/conv3d.yaml) or channels_last (NDHWC: tensor-core implicit GEMMs)
+    conv3d_layout: str = "channels_first"
+    # the channels-first class's efficiency, a fraction of hardware.fp32_flops; null: the
+    # fitted one (python -m calibration fit-vae-conv3d)
+    conv3d_efficiency: float | None = None
+    # the mid block's attention over every latent frame of the decoded tile under a
+    # frame-causal mask (the causal 3D VAEs), not over each frame alone
+    mid_attention_joint: bool = False
+    # the frame-causal mask built by a Python loop of one indexed fill per query row (the
+    # official HunyuanVideo VAE's prepare_causal_attention_mask); each row costs a kernel
+    # launch of host time
+    causal_mask_loop: bool = False
 
 
 EXECUTION_MODES = ("eager", "compiled")
@@ -194,6 +215,7 @@ def check_diffusion_pipeline(p: DiffusionPipelineConfig, prefix: str = "model.di
         flags = list(getattr(v, f))
         if len(flags) != n:
             raise ConfigError(f"{prefix}.vae.{f}", flags, f"one flag per up level ({n})")
+    _check_tiles(v, f"{prefix}.vae")
     if 2 ** sum(map(bool, v.spatial_upsample)) != v.spatial_compression:
         raise ConfigError(f"{prefix}.vae.spatial_upsample", list(v.spatial_upsample),
                           f"2^(levels that up-sample) must equal spatial_compression="
@@ -207,6 +229,31 @@ def check_diffusion_pipeline(p: DiffusionPipelineConfig, prefix: str = "model.di
     for f in ("height", "width", "frames", "steps"):
         positive(f"{prefix}.{f}", getattr(p, f))
     _check_default_size(p, prefix)
+
+
+CONV3D_LAYOUTS = ("channels_first", "channels_last")
+TILE_MODES = ("independent", "cached")
+
+
+def _check_tiles(v: VAEConfig, prefix: str) -> None:
+    """A tile is whole latent pixels (frames) and its stride no longer than the tile; the
+    3D convolutions' layout and efficiency are ones the cost model knows."""
+    for tile, stride, unit in (("tile_px", "tile_stride_px", v.spatial_compression),
+                               ("tile_frames", "tile_stride_frames", v.temporal_compression)):
+        size, step = getattr(v, tile), getattr(v, stride)
+        if size % unit:
+            raise ConfigError(f"{prefix}.{tile}", size, f"a multiple of the compression {unit}")
+        if step % unit or step > size or (step and not size):
+            raise ConfigError(f"{prefix}.{stride}", step, f"a multiple of {unit} of at most "
+                              f"{tile}={size} (0: the tile)")
+    if v.tile_mode not in TILE_MODES:
+        raise ConfigError(f"{prefix}.tile_mode", v.tile_mode, f"one of {list(TILE_MODES)}")
+    if v.conv3d_layout not in CONV3D_LAYOUTS:
+        raise ConfigError(f"{prefix}.conv3d_layout", v.conv3d_layout,
+                          f"one of {list(CONV3D_LAYOUTS)}")
+    if v.conv3d_efficiency is not None and not 0 < v.conv3d_efficiency <= 1:
+        raise ConfigError(f"{prefix}.conv3d_efficiency", v.conv3d_efficiency,
+                          "a fraction of the FP32 peak in (0, 1]")
 
 
 def _check_default_size(p: DiffusionPipelineConfig, prefix: str) -> None:

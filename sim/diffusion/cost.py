@@ -17,6 +17,7 @@ from collections.abc import Callable
 from sim.config.diffusion_model import DiffusionPipelineConfig, check_diffusion_pipeline
 from sim.cost.attention_kernels import check_arch
 from sim.cost.base import OperatorCost
+from sim.cost.eager import eager_launch_s
 from sim.cost.pricing import Pricer
 from sim.diffusion.dit import dit_step_ops
 from sim.diffusion.encoders import encode_ops
@@ -124,7 +125,11 @@ class DiffusionCostModel:
     def _decode(self, job: Job, plan: ParallelPlan) -> list[OperatorCost]:
         v = job.pipe.vae
         g = plan.gpus if job.pipe.vae_parallel else 1
-        one = decode_ops(self.pricer, v, job.latent_frames, job.latent_height, job.latent_width)
+        launch_s = (eager_launch_s(self.pricer.hw.calibration, job.pipe.eager_launch_us,
+                                   "the VAE's causal-mask loop takes no host time")
+                    if v.causal_mask_loop and v.mid_attention_joint else 0.0)
+        one = decode_ops(self.pricer, v, job.latent_frames, job.latent_height, job.latent_width,
+                         launch_s)
         # a split decode (xDiT's parallel VAE) shares the work over the gang; otherwise each
         # data-parallel group decodes its own images whole on one GPU (the reference code)
         share = (split_factor(job.images, g, job.latent_height) if job.pipe.vae_parallel

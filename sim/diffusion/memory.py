@@ -13,7 +13,7 @@ What one GPU holds (bf16 throughout):
   sequence (Ulysses gathers it) or its ring share (FlashAttention keeps no score matrix;
   ``sdpa_math`` adds its scores and their softmax);
 - **the VAE decode working set**: three feature maps of the largest decoder level (input,
-  output, norm), over one tile when the pipeline tiles (``vae.tile_px``, ``vae.tile_frames``).
+  output, norm), over the largest tile when the pipeline tiles (``sim.diffusion.vae.decode_tiles``).
 
 ``offload: none`` keeps every model resident; ``offload: model`` (diffusers'
 ``enable_model_cpu_offload``, Wan's ``--offload_model``) keeps one sub-model on the GPU at a
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from sim.config.diffusion_model import DiTConfig, TextEncoderConfig, VAEConfig
 from sim.diffusion.job import ParallelPlan
 from sim.diffusion.pipeline import Job
+from sim.diffusion.vae import decode_tiles
 from sim.errors import ConfigError
 
 BYTES = 2  # bf16 weights and activations
@@ -147,7 +148,9 @@ def vae_working_set(job: Job, plan: ParallelPlan) -> float:
     """Three feature maps of the decoder's largest level, over one tile if it tiles, for the
     images this GPU decodes (its data-parallel group's, or its share of a split decode)."""
     v = job.pipe.vae
-    t, h, w, c = job.latent_frames, job.latent_height, job.latent_width, v.mid_channels
+    _, (t, h, w) = max(decode_tiles(v, job.latent_frames, job.latent_height, job.latent_width),
+                       key=lambda tile: math.prod(tile[1]))
+    c = v.mid_channels
     biggest = t * h * w * c
     for i, c_out in enumerate(v.up_channels):
         if v.spatial_upsample[i]:
@@ -155,16 +158,11 @@ def vae_working_set(job: Job, plan: ParallelPlan) -> float:
         if v.temporal_upsample[i]:
             t = 2 * t - 1
         biggest = max(biggest, t * h * w * c_out)
-    share = 1.0
-    if v.tile_px:
-        share *= min(1.0, v.tile_px ** 2 / (job.height * job.width))
-    if v.tile_frames and job.frames > 1:
-        share *= min(1.0, v.tile_frames / job.frames)
     images = math.ceil(job.images / plan.data)
     if job.pipe.vae_parallel:
         group = plan.gpus // plan.data
         images = images / group if images >= group else 1.0 / (group // max(images, 1))
-    return 3.0 * biggest * BYTES * share * images
+    return 3.0 * biggest * BYTES * images
 
 
 def offload_seconds(job: Job, plan: ParallelPlan, pcie_bandwidth: float

@@ -277,7 +277,7 @@ CASES = [
     Case("explain_diffusion_chart_under_file",
          _args("explain", "model=flux1_dev", "chart={tmp}/a_file/roofline.png", files=A_FILE),
          ("chart=", "a_file is a file")),
-    # ---- python -m calibration validate | validate-diffusion | fit-execution | fit-attention-split
+    # ---- python -m calibration validate | validate-diffusion | fit-execution | fit-attention-*
     Case("validate_silicon_empty",
          _args("calibration", "validate", "silicon_csv={tmp}/s.csv", "hydra.run.dir={tmp}/run",
                files={"s.csv": ""}),
@@ -304,6 +304,10 @@ CASES = [
          ("csv=", "the file is empty (0 bytes)")),
     Case("fit_attention_split_empty",
          _args("calibration", "fit-attention-split", "csv={tmp}/d.csv",
+               "hydra.run.dir={tmp}/run", files={"d.csv": ""}),
+         ("csv=", "the file is empty (0 bytes)")),
+    Case("fit_vae_conv3d_empty",
+         _args("calibration", "fit-vae-conv3d", "csv={tmp}/d.csv",
                "hydra.run.dir={tmp}/run", files={"d.csv": ""}),
          ("csv=", "the file is empty (0 bytes)")),
     # ---- python -m calibration fit | check

@@ -116,8 +116,11 @@ def test_tiling_bounds_the_vae_working_set():
     cost, _ = _cost()
     job = cost.job(SHAPE)
     untiled = dataclasses.replace(job, pipe=dataclasses.replace(
-        job.pipe, vae=dataclasses.replace(job.pipe.vae, tile_px=0, tile_frames=0)))
-    share = (256 ** 2 / (960 * 960)) * (16 / 129)
+        job.pipe, vae=dataclasses.replace(job.pipe.vae, tile_px=0, tile_stride_px=0,
+                                          tile_frames=0, tile_stride_frames=0)))
+    # the largest tile: 32 x 32 latent pixels (256 px) and 16 + 1 latent frames, which the
+    # decoder's two temporal up-samplings make 65 frames (the whole latent's 33 make 129)
+    share = (256 ** 2 / (960 * 960)) * (65 / 129)
     one = ParallelPlan()
     assert vae_working_set(job, one) == pytest.approx(vae_working_set(untiled, one) * share)
     assert vae_working_set(untiled, one) > 60 * GiB  # why the reference code tiles
