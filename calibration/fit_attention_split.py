@@ -32,14 +32,14 @@ from calibration.config import command_main, compose_command
 from calibration.job_fit import (
     fit_calibration,
     fit_scalar,
-    pipeline_doc,
     predict,
     report,
     row_labels,
     rows_on,
 )
 from calibration.validate_diffusion import plan_rows, read_rows
-from sim.cost.attention_kernels import CALIBRATED, IMPLS, load_kernel_classes, split_path
+from sim.cost.attention_kernels import IMPLS, load_kernel_classes, split_path
+from sim.diffusion.pipeline import load_pipeline
 from sim.errors import ConfigError
 
 SHARE = "model.diffusion.attention_sm_share"
@@ -63,7 +63,7 @@ ConfigStore.instance().store(name="base_fit_attention_split", node=FitAttentionS
 
 def pipeline_kernel(model: str) -> str:
     """The kernel class ``model``'s pipeline runs by default ("" for the backend's tables)."""
-    return IMPLS.get(pipeline_doc(model).get("attention_impl", CALIBRATED), "")
+    return IMPLS.get(load_pipeline(model).attention_impl, "")
 
 
 def kernel_rows(table: pd.DataFrame, kernel: str, gpus: list[str]) -> pd.DataFrame:

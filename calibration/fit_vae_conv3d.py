@@ -32,7 +32,6 @@ from calibration.config import command_main, compose_command
 from calibration.job_fit import (
     fit_calibration,
     fit_scalar,
-    pipeline_doc,
     predict,
     report,
     row_labels,
@@ -40,6 +39,8 @@ from calibration.job_fit import (
 )
 from calibration.validate_diffusion import plan_rows, read_rows
 from sim.cost.conv3d import conv3d_path
+from sim.diffusion.pipeline import load_pipeline
+from sim.diffusion.vae import channels_first_3d as vae_channels_first_3d
 from sim.errors import ConfigError
 
 EFFICIENCY = "model.diffusion.vae.conv3d_efficiency"
@@ -63,9 +64,7 @@ ConfigStore.instance().store(name="base_fit_vae_conv3d", node=FitVaeConv3dConfig
 
 def channels_first_3d(model: str) -> bool:
     """Whether ``model``'s pipeline decodes with channels-first 3D convolutions."""
-    vae = pipeline_doc(model).get("vae") or {}
-    return bool(vae.get("conv3d")) and vae.get("conv3d_layout",
-                                               "channels_first") == "channels_first"
+    return vae_channels_first_3d(load_pipeline(model).vae)
 
 
 def conv3d_rows(table: pd.DataFrame, gpus: list[str]) -> pd.DataFrame:

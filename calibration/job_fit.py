@@ -16,7 +16,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
-import yaml
 from scipy.optimize import minimize_scalar
 
 import conf
@@ -25,11 +24,7 @@ from calibration.silicon_rows import hardware_doc
 from calibration.validate_diffusion import simulate_rows
 from sim.errors import ConfigError
 
-
-def pipeline_doc(model: str) -> dict:
-    """The ``diffusion:`` block of ``conf/model/<model>.yaml`` as written (defaults unfilled)."""
-    doc = yaml.safe_load((Path(conf.__file__).parent / "model" / f"{model}.yaml").read_text())
-    return (doc or {}).get("diffusion") or {}
+HARDWARE = Path(conf.__file__).parent / "hardware"
 
 
 def rows_on(table: pd.DataFrame, gpus: list[str], keep: Callable[[str], bool]) -> pd.DataFrame:
@@ -44,6 +39,11 @@ def fit_calibration(gpus: list[str], held_out_gpus: list[str]) -> str:
     GPUs are none, overlap the held-out ones, or span several calibrations)."""
     if not gpus:
         raise ConfigError("gpus", list(gpus), "at least one hardware name to fit on")
+    for key, names in (("gpus", gpus), ("held_out_gpus", held_out_gpus)):
+        unknown = [g for g in names if not (HARDWARE / f"{g}.yaml").is_file()]
+        if unknown:
+            raise ConfigError(key, list(names), f"no conf/hardware file for {unknown}; have "
+                              f"{sorted(f.stem for f in HARDWARE.glob('*.yaml'))}")
     if set(gpus) & set(held_out_gpus):
         raise ConfigError("held_out_gpus", list(held_out_gpus),
                           f"must not hold out a GPU it fits on ({list(gpus)})")

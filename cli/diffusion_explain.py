@@ -35,13 +35,13 @@ import pandas as pd
 from analysis.roofline_chart import write_roofline_chart
 from sim.cost.attention_kernels import CALIBRATED, fallback_note, kernel_class
 from sim.cost.base import OperatorCost
-from sim.cost.conv3d import conv3d_efficiency
+from sim.cost.pricing import Pricer
 from sim.diffusion.cost import STAGES, DiffusionCostModel
 from sim.diffusion.execution import execution_of
 from sim.diffusion.job import GUIDANCE_MODES, JobShape, JobTiming, ParallelPlan
 from sim.diffusion.pipeline import Job, with_defaults
 from sim.diffusion.plans import parse_plan
-from sim.diffusion.vae import decode_tiles
+from sim.diffusion.vae import channels_first_3d, cuda_core_class, decode_tiles, runs_mask_loop
 from sim.errors import ConfigError
 
 OWN_KEYS = ("job", "plan", "gpus", "steps", "images", "guidance")
@@ -78,18 +78,20 @@ def parse_shape(model: str, default: JobShape, own: dict[str, str]) -> JobShape:
 
 def ops_table(ops: list[OperatorCost], hw) -> pd.DataFrame:
     """The operators as explain prints them (one row each, ``COLS``)."""
-    peaks = {"bf16": float(hw.bf16_flops)}
+    peaks = {"bf16": float(hw.bf16_flops), "fp32": float(getattr(hw, "fp32_flops", 0.0))}
     bw = float(hw.hbm_bandwidth)
     t = pd.DataFrame({
         "operator": [o.name for o in ops], "count": [o.count for o in ops],
         "flops": [o.flops for o in ops], "bytes": [o.bytes for o in ops],
         "time_s": [o.time_s for o in ops], "bound": [o.bound for o in ops],
-        "dtype": ["bf16" if o.flops > 0 else "-" for o in ops]})
+        # the CUDA-core class runs against the FP32 roof, everything else the bf16 one
+        "dtype": [("fp32" if o.dtype == "fp32" else "bf16") if o.flops > 0 else "-"
+                  for o in ops]})
     total = t["time_s"].sum()
     t["GFLOP"] = t["flops"] / 1e9
     t["MB"] = t["bytes"] / 1e6
     t["FLOP/B"] = t["flops"] / t["bytes"].where(t["bytes"] > 0)
-    t["balance"] = [peaks["bf16"] / bw if d == "bf16" else np.nan for d in t["dtype"]]
+    t["balance"] = [peaks[d] / bw if d in peaks else np.nan for d in t["dtype"]]
     t["TFLOP/s"] = (t["flops"] / t["time_s"].where(t["time_s"] > 0)).fillna(0.0) / 1e12
     t["time_ms"] = t["time_s"] * 1e3
     t["share_%"] = 100 * t["time_s"] / total if total > 0 else 0.0
@@ -179,7 +181,7 @@ def execution_line(pipe, hw) -> str:
             "takes max(GPU, host); model.diffusion.execution=compiled for torch.compile)")
 
 
-def vae_line(job: Job, hw) -> str:
+def vae_line(job: Job, pricer: Pricer) -> str:
     """How the VAE decodes this job: its tiles and what runs its convolutions."""
     v = job.pipe.vae
     tiles = decode_tiles(v, job.latent_frames, job.latent_height, job.latent_width)
@@ -194,23 +196,27 @@ def vae_line(job: Job, hw) -> str:
                f"{v.tile_stride_px or v.tile_px}"
                + (f", {v.tile_frames} frames every {v.tile_stride_frames or v.tile_frames}"
                   if v.tile_frames else "") + "; overlaps decoded twice)")
-    eff = conv3d_efficiency(hw.calibration, v.conv3d_efficiency) if (
-        v.conv3d and v.conv3d_layout == "channels_first"
-        and getattr(hw, "fp32_flops", 0.0)) else None
+    eff = cuda_core_class(pricer, v)
     if not v.conv3d:
         conv = "2D convolutions as tensor-core GEMMs"
-    elif eff is None:
-        conv = f"3D convolutions ({v.conv3d_layout}) as tensor-core GEMMs"
-    else:
+    elif eff is not None:
         conv = (f"3D convolutions channels-first on the CUDA cores at {100 * eff:.1f}% of the "
-                f"FP32 peak ({eff * hw.fp32_flops / 1e12:.0f} TFLOP/s; "
+                f"FP32 peak ({eff * pricer.hw.fp32_flops / 1e12:.0f} TFLOP/s; "
                 "model.diffusion.vae.conv3d_layout=channels_last for tensor cores)")
+    elif channels_first_3d(v):
+        conv = ("3D convolutions channels-first, priced as tensor-core GEMMs: "
+                + (f"no fitted class for hardware calibration {pricer.hw.calibration!r}"
+                   if pricer.hw.fp32_flops else f"no fp32_flops for {pricer.hw.name}"))
+    else:
+        conv = "3D convolutions channels-last as tensor-core GEMMs"
     mask = ("; the frame-causal mask built by a Python loop, one launch per row"
-            if v.mid_attention and v.mid_attention_joint and v.causal_mask_loop else "")
+            if runs_mask_loop(v) else "")
     return f"{cut}; {conv}{mask}"
 
 
-def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: bool) -> list[str]:
+def _header(name: str, job: Job, plan: ParallelPlan, pricer: Pricer, backend: str,
+            auto: bool) -> list[str]:
+    hw = pricer.hw
     frames = f"x{job.frames} frames" if job.frames > 1 else ""
     how = "the fastest valid plan (plan=auto)" if auto else "plan"
     return [f"{name} on {plan.gpus}x {hw.name}, backend {backend}: one job of {job.images} "
@@ -221,7 +227,7 @@ def _header(name: str, job: Job, plan: ParallelPlan, hw, backend: str, auto: boo
             f"{how}: {plan.label()} ({plan.gpus} GPUs)",
             f"attention kernel: {attention_line(job.pipe.attention_impl, hw, job.pipe)}",
             f"execution: {execution_line(job.pipe, hw)}",
-            f"vae decode: {vae_line(job, hw)}",
+            f"vae decode: {vae_line(job, pricer)}",
             f"balance point (peak FLOP/s / memory bandwidth): bf16 "
             f"{hw.bf16_flops / hw.hbm_bandwidth:,.0f} FLOP/B (below it an operator is "
             "memory-bound, above it compute-bound; bound is the cost model's verdict)"]
@@ -232,11 +238,11 @@ def report(cost: DiffusionCostModel, cfg, shape: JobShape, plan: ParallelPlan,
     """The text explain prints, and the step's operator table (for the chart)."""
     job = cost.job(shape)
     timing = cost.timing(shape, plan)
-    lines = _header(shape.model, job, plan, cfg.hardware, cfg.backend.name, auto)
+    lines = _header(shape.model, job, plan, cost.pricer, cfg.backend.name, auto)
     step_table = None
     fmt = {"display.width": 160, "display.float_format": "{:,.3f}".format}
     for stage in STAGES:
-        table = ops_table(cost.breakdown(shape, plan, stage), cfg.hardware)
+        table = ops_table(cost.breakdown(shape, plan, stage), cost.pricer.hw)
         if stage == "step":
             step_table = table
         total = table["time_s"].sum()

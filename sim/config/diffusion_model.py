@@ -236,8 +236,9 @@ TILE_MODES = ("independent", "cached")
 
 
 def _check_tiles(v: VAEConfig, prefix: str) -> None:
-    """A tile is whole latent pixels (frames) and its stride no longer than the tile; the
-    3D convolutions' layout and efficiency are ones the cost model knows."""
+    """A tile is whole latent pixels (frames) and its stride no longer than the tile; the mid
+    attention's flags agree; the 3D convolutions' layout and efficiency are ones the cost model
+    knows."""
     for tile, stride, unit in (("tile_px", "tile_stride_px", v.spatial_compression),
                                ("tile_frames", "tile_stride_frames", v.temporal_compression)):
         size, step = getattr(v, tile), getattr(v, stride)
@@ -246,6 +247,12 @@ def _check_tiles(v: VAEConfig, prefix: str) -> None:
         if step % unit or step > size or (step and not size):
             raise ConfigError(f"{prefix}.{stride}", step, f"a multiple of {unit} of at most "
                               f"{tile}={size} (0: the tile)")
+    if v.mid_attention_joint and not v.mid_attention:
+        raise ConfigError(f"{prefix}.mid_attention_joint", v.mid_attention_joint,
+                          "needs mid_attention=true (the attention it shapes)")
+    if v.causal_mask_loop and not v.mid_attention_joint:
+        raise ConfigError(f"{prefix}.causal_mask_loop", v.causal_mask_loop,
+                          "needs mid_attention_joint=true (the mask is the joint attention's)")
     if v.tile_mode not in TILE_MODES:
         raise ConfigError(f"{prefix}.tile_mode", v.tile_mode, f"one of {list(TILE_MODES)}")
     if v.conv3d_layout not in CONV3D_LAYOUTS:

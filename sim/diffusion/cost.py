@@ -33,7 +33,7 @@ from sim.diffusion.plans import (
     simpler_first,
     valid_plans,
 )
-from sim.diffusion.vae import decode_ops, output_bytes, split_factor
+from sim.diffusion.vae import decode_ops, output_bytes, runs_mask_loop, split_factor
 from sim.errors import ConfigError
 
 STAGES = ("encode", "step", "decode")
@@ -127,7 +127,7 @@ class DiffusionCostModel:
         g = plan.gpus if job.pipe.vae_parallel else 1
         launch_s = (eager_launch_s(self.pricer.hw.calibration, job.pipe.eager_launch_us,
                                    "the VAE's causal-mask loop takes no host time")
-                    if v.causal_mask_loop and v.mid_attention_joint else 0.0)
+                    if runs_mask_loop(v) else 0.0)
         one = decode_ops(self.pricer, v, job.latent_frames, job.latent_height, job.latent_width,
                          launch_s)
         # a split decode (xDiT's parallel VAE) shares the work over the gang; otherwise each

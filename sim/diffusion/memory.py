@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from sim.config.diffusion_model import DiTConfig, TextEncoderConfig, VAEConfig
 from sim.diffusion.job import ParallelPlan
 from sim.diffusion.pipeline import Job
-from sim.diffusion.vae import decode_tiles
+from sim.diffusion.vae import HALO_LATENT_ROWS, decode_tiles, upsampled_frames
 from sim.errors import ConfigError
 
 BYTES = 2  # bf16 weights and activations
@@ -145,10 +145,21 @@ def shards(job: Job, plan: ParallelPlan) -> tuple[int, int]:
 
 
 def vae_working_set(job: Job, plan: ParallelPlan) -> float:
-    """Three feature maps of the decoder's largest level, over one tile if it tiles, for the
-    images this GPU decodes (its data-parallel group's, or its share of a split decode)."""
+    """Three feature maps of the decoder's largest level, over its largest tile (or chunk) if
+    it tiles, for the images this GPU decodes (its data-parallel group's, or its share of a
+    split decode: whole images, or one strip of an image, tiled in turn)."""
     v = job.pipe.vae
-    _, (t, h, w) = max(decode_tiles(v, job.latent_frames, job.latent_height, job.latent_width),
+    height = job.latent_height
+    images = math.ceil(job.images / plan.data)
+    if job.pipe.vae_parallel:
+        group = plan.gpus // plan.data
+        if images >= group:
+            images = math.ceil(images / group)
+        else:  # one strip of an image, with its halo rows (sim.diffusion.vae.split_factor)
+            strips = group // max(images, 1)
+            height = min(height, math.ceil(height / strips) + 2 * HALO_LATENT_ROWS)
+            images = 1
+    _, (t, h, w) = max(decode_tiles(v, job.latent_frames, height, job.latent_width),
                        key=lambda tile: math.prod(tile[1]))
     c = v.mid_channels
     biggest = t * h * w * c
@@ -156,12 +167,8 @@ def vae_working_set(job: Job, plan: ParallelPlan) -> float:
         if v.spatial_upsample[i]:
             h, w = 2 * h, 2 * w
         if v.temporal_upsample[i]:
-            t = 2 * t - 1
+            t = upsampled_frames(v, t)
         biggest = max(biggest, t * h * w * c_out)
-    images = math.ceil(job.images / plan.data)
-    if job.pipe.vae_parallel:
-        group = plan.gpus // plan.data
-        images = images / group if images >= group else 1.0 / (group // max(images, 1))
     return 3.0 * biggest * BYTES * images
 
 

@@ -37,7 +37,9 @@ the strips are all-gathered.
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from collections import Counter
 
 from sim.config.diffusion_model import VAEConfig
@@ -75,12 +77,33 @@ def fp32_peak(pricer: Pricer) -> float:
     return float(getattr(pricer.hw, "fp32_flops", 0.0) or 0.0)
 
 
+def channels_first_3d(v: VAEConfig) -> bool:
+    """Whether the VAE's convolutions are channels-first 3D ones (the CUDA-core class)."""
+    return v.conv3d and v.conv3d_layout == "channels_first"
+
+
+def runs_mask_loop(v: VAEConfig) -> bool:
+    """Whether the decode builds a frame-causal mask with the Python loop (module doc)."""
+    return v.mid_attention and v.mid_attention_joint and v.causal_mask_loop
+
+
 def cuda_core_class(pricer: Pricer, v: VAEConfig) -> float | None:
     """The CUDA-core efficiency the VAE's convolutions run at (None: tensor-core GEMMs):
-    channels-first 3D convolutions on a GPU whose FP32 peak is known."""
-    if not v.conv3d or v.conv3d_layout != "channels_first" or not fp32_peak(pricer):
+    channels-first 3D convolutions on a GPU whose FP32 peak is known (else tensor-core GEMMs,
+    with a warning once)."""
+    if not channels_first_3d(v):
+        return None
+    if not fp32_peak(pricer):
+        _warn_no_fp32(pricer.hw.name)
         return None
     return conv3d_efficiency(pricer.hw.calibration, v.conv3d_efficiency)
+
+
+@functools.cache
+def _warn_no_fp32(gpu: str) -> None:
+    warnings.warn(f"hardware {gpu!r} has no fp32_flops: its channels-first 3D convolutions "
+                  "are priced as tensor-core GEMMs (hardware.fp32_flops sets the CUDA cores' "
+                  "rate)", stacklevel=3)
 
 
 def axis_tiles(length: int, tile: int, stride: int, extra: int = 0) -> list[int]:
@@ -110,6 +133,13 @@ def decode_tiles(v: VAEConfig, frames: int, height: int, width: int
         cols = axis_tiles(width, ts, v.tile_stride_px // sc)
     tiles = Counter((t, h, w) for t in times for h in rows for w in cols)
     return sorted(((n, shape) for shape, n in tiles.items()), key=lambda x: x[1], reverse=True)
+
+
+def upsampled_frames(v: VAEConfig, frames: int) -> int:
+    """Frames one temporal ×2 up-sampling makes of ``frames``: ``2t − 1`` for a causal decode
+    of its own (the first frame alone), ``2t`` for a cached chunk (its cache holds the
+    frames before it)."""
+    return 2 * frames if v.tile_mode == "cached" and v.tile_frames else 2 * frames - 1
 
 
 def compute_tiles(v: VAEConfig, frames: int, height: int, width: int
@@ -178,7 +208,7 @@ def _decoder_ops(pricer: Pricer, v: VAEConfig, frames: int, height: int, width: 
         if v.mid_attention_joint:  # every frame's pixels at once, the causal mask added
             ops.append(pricer.encoder_attention("vae.mid_attention", 1, t * h * w, t * h * w,
                                                 1, c))
-            if v.causal_mask_loop:
+            if runs_mask_loop(v):
                 rows = t * h * w
                 ops.append(OperatorCost("vae.causal_mask_loop", rows, 0.0, 0.0,
                                         rows * launch_s, "host"))

@@ -14,11 +14,15 @@ import pytest
 import calibration.fit_vae_conv3d as fv
 from calibration.__main__ import main as calibration_main
 from calibration.validate_diffusion import plan_rows, simulate_rows
+from cli.explain import main as explain_main
 from sim.config.diffusion_model import VAEConfig, check_diffusion_pipeline
 from sim.cost.conv3d import calibrated_conv3d_efficiency
 from sim.cost.eager import calibrated_eager_costs
 from sim.cost.operators import encoder_attention_work
 from sim.cost.pricing import Pricer
+from sim.diffusion.cost import DiffusionCostModel
+from sim.diffusion.job import JobShape, ParallelPlan
+from sim.diffusion.memory import vae_working_set
 from sim.diffusion.pipeline import load_pipeline
 from sim.diffusion.vae import axis_tiles, compute_tiles, conv_op, decode_ops, decode_tiles
 from sim.errors import ConfigError
@@ -163,3 +167,88 @@ def test_the_fit_refuses_bad_settings_in_one_line(tmp_path, capsys, args, words)
 def test_a_vae_default_config_is_untiled():
     v = VAEConfig()
     assert decode_tiles(v, 1, 128, 128) == [(1, (1, 128, 128))]
+
+
+def test_a_cached_chunk_holds_the_frames_it_decodes():
+    # Wan decodes one latent frame at a time into 4 frames (its cache holds the ones before):
+    # the working set is 4 / 81 of the whole decode's top level, not 1 / 81
+    job = load_pipeline("wan21_t2v_14b")
+    v = job.vae
+    cost = DiffusionCostModel(h100_pricer())
+    whole = dataclasses.replace(v, tile_frames=0)
+    shape = JobShape("wan21_t2v_14b", 720, 1280, 81, 2)
+    one = ParallelPlan()
+    chunked = vae_working_set(cost.job(shape), one)
+    untiled = vae_working_set(dataclasses.replace(cost.job(shape), pipe=dataclasses.replace(
+        cost.job(shape).pipe, vae=whole)), one)
+    assert chunked == pytest.approx(untiled * 4 / 81)
+
+
+def test_a_split_decode_tiles_its_strip():
+    cost = DiffusionCostModel(h100_pricer())
+    job = cost.job(JobShape("hunyuan_video", 960, 960, 129, 2))
+    split = dataclasses.replace(job, pipe=dataclasses.replace(job.pipe, vae_parallel=True))
+    # 8 strips of 120 latent rows: 15 + 2 x 4 halo rows = 23 rows, within one 32-row tile:
+    # the largest tile is 17 x 23 x 32 latent, not 1/8 of a 17 x 32 x 32 one
+    eight = vae_working_set(split, ParallelPlan(ulysses=8))
+    whole = vae_working_set(job, ParallelPlan())
+    assert eight == pytest.approx(whole * 23 / 32)
+
+
+def test_an_image_job_of_a_video_pipeline_is_tiled_in_space_only():
+    tiles = decode_tiles(HUNYUAN, 1, 120, 120)
+    assert {t for _, (t, _, _) in tiles} == {1} and sum(n for n, _ in tiles) == 25
+
+
+def test_a_gpu_without_an_fp32_rate_prices_tensor_cores_and_says_so():
+    pricer = Pricer(dataclasses.replace(h100_pricer().hw, name="nofp32", fp32_flops=0.0),
+                    h100_pricer().eff)
+    with pytest.warns(UserWarning, match="no fp32_flops"):
+        ops = {o.name: o for o in decode_ops(pricer, HUNYUAN, *LATENT)}
+    assert ops["vae.up3_conv"].dtype == "bfloat16"
+
+
+def test_a_mask_loop_without_the_joint_attention_is_refused():
+    pipe = load_pipeline("hunyuan_video")
+    for vae, field in ((dataclasses.replace(pipe.vae, mid_attention_joint=False),
+                        "causal_mask_loop"),
+                       (dataclasses.replace(pipe.vae, mid_attention=False), "mid_attention_joint")):
+        with pytest.raises(ConfigError, match=f"model.diffusion.vae.{field}"):
+            check_diffusion_pipeline(dataclasses.replace(pipe, vae=vae))
+
+
+def test_explain_shows_the_decode_at_the_deployment_compute_speed(capsys):
+    assert explain_main(["model=hunyuan_video", "job=960x960x129", "plan=single",
+                         "cost_model.compute_scale=0.5"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("vae decode:"))
+    assert "75 tiles" in line and "24 TFLOP/s" in line and "Python loop" in line
+    row = next(x for x in out.splitlines() if x.strip().startswith("vae.up3_conv"))
+    assert " fp32 " in row
+
+
+def test_an_image_pipeline_warns_of_nothing(recwarn):
+    cost = DiffusionCostModel(h100_pricer())
+    cost.timing(JobShape("flux1_dev", 1024, 1024, 1, 28), ParallelPlan())
+    assert not [w for w in recwarn if "conv" in str(w.message) or "mask" in str(w.message)]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["gpus=[nope]"], ("gpus=", "no conf/hardware file for ['nope']")),
+    (["held_out_gpus=[nope]"], ("held_out_gpus=", "no conf/hardware file")),
+])
+def test_unknown_gpu_names_are_one_line(tmp_path, capsys, args, words):
+    csv = tmp_path / "d.csv"
+    _raw_rows().to_csv(csv, index=False)
+    for command in ("fit-vae-conv3d", "fit-attention-split"):
+        rc = calibration_main([command, f"csv={csv}", "write=false",
+                               f"hydra.run.dir={tmp_path}/run", *args])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and "\n" not in err
+        assert all(w in err for w in words), err
+
+
+def test_a_bad_vae_setting_on_the_command_line_is_one_line(capsys):
+    assert explain_main(["model=hunyuan_video", "model.diffusion.vae.tile_stride_px=300"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "model.diffusion.vae.tile_stride_px=300" in err
