@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The one prepared profiler run for a session with a lent GPU (issue 3, item 6): prints the
 # versions, runs the full shape plan (GEMM, prefill/decode attention, MoE; collectives when more
-# than one GPU is visible) and leaves in $OUT two files (the device tool returns at most 8, at
-# most 2 folders deep, so the table tree travels as one archive):
+# than one GPU is visible), first a probe of 3D convolutions (scripts/conv3d_probe.py), and
+# leaves in $OUT three files (the device tool returns at most 8, at most 2 folders deep, so the
+# table tree travels as one archive):
 #   profile.log              everything printed, ending with a summary of achieved rates
 #   profile_tables.tar.gz    <op>/<framework>/<version>/<table>.parquet + collection_meta.yaml
+#   conv3d_probe.csv         channels-first vs channels-last 3D convolutions (ms, TFLOP/s, kernels)
 #
 # On the device machine, from the repository root (the profiler's time budget is BUDGET_S, 360 s
 # by default, so the whole command stays well under 10 minutes):
 #   bash scripts/device_profile.sh
-# If the device image lacks the project's pure-Python dependencies that `import sim` pulls in
-# (simpy, omegaconf; the H200 image has numpy, pandas, pyarrow, pyyaml and torch), prepare their
+# If the device image lacks the project's pure-Python dependencies that the profiler imports
+# (simpy, omegaconf; the H200 image has numpy, pandas, pyarrow, pyyaml and torch; `import sim`
+# loads the engine and numba only when `simulate` is used), prepare their
 # wheels here first, where PyPI is reachable, and name `.whl` in the run's carry:
 #   echo /.whl/ >> .git/info/exclude; bash scripts/device_profile.sh --prepare
 # Dry run of the same logic on a CPU with a CPU build of torch:
@@ -51,6 +54,11 @@ if torch.cuda.is_available():
     print("GPUs", torch.cuda.device_count(), "|", p.name, "| SMs", p.multi_processor_count,
           "| memory GiB", round(p.total_memory / 2**30, 1), "| NCCL", torch.cuda.nccl.version())
 EOF
+  # the video VAE's 3D convolutions, channels-first against channels-last (sim/cost/conv3d.py:
+  # a class inferred from whole jobs; ~30 s): conv3d_probe.csv
+  echo "== conv3d probe at $(date -u +%H:%M:%SZ)"
+  timeout 90 "$PY" scripts/conv3d_probe.py --out "$OUT" --device "$DEVICE" \
+    $([[ "$PLAN" == tiny ]] && echo --tiny) || echo "== conv3d probe exit code $?"
   if ! "$PY" -c "import calibration.profile.runner" 2>/dev/null; then
     if compgen -G ".whl/*.whl" >/dev/null; then
       echo "== installing carried wheels: $(ls .whl | tr '\n' ' ')"
@@ -64,7 +72,7 @@ EOF
   fi
   rm -rf "$WORK"
   local rc=0
-  timeout 560 "$PY" -m calibration.profile out_dir="$WORK" device="$DEVICE" plan="$PLAN" \
+  timeout 480 "$PY" -m calibration.profile out_dir="$WORK" device="$DEVICE" plan="$PLAN" \
     budget_s="$BUDGET_S" || rc=$?
   if [[ -d "$WORK" ]]; then
     tar czf "$OUT/profile_tables.tar.gz" -C "$WORK" .
