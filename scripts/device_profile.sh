@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The one prepared profiler run for a session with a lent GPU (issue 3, item 6): prints the
 # versions, runs the full shape plan (GEMM, prefill/decode attention, MoE; collectives when more
-# than one GPU is visible), first a probe of 3D convolutions (scripts/conv3d_probe.py), and
-# leaves in $OUT three files (the device tool returns at most 8, at most 2 folders deep, so the
-# table tree travels as one archive):
+# than one GPU is visible), first two probes (scripts/conv3d_probe.py: 3D convolutions;
+# scripts/sustained_probe.py: a GEMM under sustained load), and leaves in $OUT four files (the
+# device tool returns at most 8, at most 2 folders deep, so the table tree travels as one
+# archive):
 #   profile.log              everything printed, ending with a summary of achieved rates
 #   profile_tables.tar.gz    <op>/<framework>/<version>/<table>.parquet + collection_meta.yaml
 #   conv3d_probe.csv         channels-first vs channels-last 3D convolutions (ms, TFLOP/s, kernels)
+#   sustained_probe.csv      a bf16 GEMM's TFLOP/s, SM clock and power, second by second
 #
 # On the device machine, from the repository root (the profiler's time budget is BUDGET_S, 360 s
 # by default, so the whole command stays well under 10 minutes):
@@ -57,8 +59,14 @@ EOF
   # the video VAE's 3D convolutions, channels-first against channels-last (sim/cost/conv3d.py:
   # a class inferred from whole jobs; ~30 s): conv3d_probe.csv
   echo "== conv3d probe at $(date -u +%H:%M:%SZ)"
-  timeout 90 "$PY" scripts/conv3d_probe.py --out "$OUT" --device "$DEVICE" \
+  timeout 60 "$PY" scripts/conv3d_probe.py --out "$OUT" --device "$DEVICE" \
     $([[ "$PLAN" == tiny ]] && echo --tiny) || echo "== conv3d probe exit code $?"
+  # a bf16 GEMM back to back for 30 s: TFLOP/s, SM clock and power per second (does the
+  # GPU keep the operator tables' rate under sustained load?): sustained_probe.csv
+  echo "== sustained GEMM probe at $(date -u +%H:%M:%SZ)"
+  timeout 45 "$PY" scripts/sustained_probe.py --out "$OUT" --device "$DEVICE" \
+    $([[ "$PLAN" == tiny ]] && echo --size 256 --seconds 2) \
+    || echo "== sustained probe exit code $?"
   if ! "$PY" -c "import calibration.profile.runner" 2>/dev/null; then
     if compgen -G ".whl/*.whl" >/dev/null; then
       echo "== installing carried wheels: $(ls .whl | tr '\n' ' ')"
@@ -72,7 +80,7 @@ EOF
   fi
   rm -rf "$WORK"
   local rc=0
-  timeout 480 "$PY" -m calibration.profile out_dir="$WORK" device="$DEVICE" plan="$PLAN" \
+  timeout 470 "$PY" -m calibration.profile out_dir="$WORK" device="$DEVICE" plan="$PLAN" \
     budget_s="$BUDGET_S" || rc=$?
   if [[ -d "$WORK" ]]; then
     tar czf "$OUT/profile_tables.tar.gz" -C "$WORK" .
