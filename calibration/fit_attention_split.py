@@ -32,12 +32,13 @@ from calibration.config import command_main, compose_command
 from calibration.job_fit import (
     fit_calibration,
     fit_scalar,
+    labelled,
     predict,
     report,
     row_labels,
     rows_on,
+    split_rows,
 )
-from calibration.validate_diffusion import plan_rows, read_rows
 from sim.cost.attention_kernels import IMPLS, load_kernel_classes, split_path
 from sim.diffusion.pipeline import load_pipeline
 from sim.errors import ConfigError
@@ -88,15 +89,13 @@ def run(cfg, outdir: Path) -> dict:
     if cfg.kernel not in load_kernel_classes(calibration):
         raise ConfigError("kernel", cfg.kernel, f"no measured kernel class of calibration "
                           f"{calibration!r} (python -m calibration fit-attention-kernels)")
-    table = plan_rows(read_rows(Path(cfg.csv)))
-    fit_rows = kernel_rows(table, cfg.kernel, cfg.gpus)
-    held_rows = kernel_rows(table, cfg.kernel, cfg.held_out_gpus)
+    fit_rows, held_rows = split_rows(cfg.csv, cfg.gpus, cfg.held_out_gpus,
+                                     lambda m: pipeline_kernel(m) == cfg.kernel)
     if fit_rows.empty:
         raise ConfigError("csv", cfg.csv, f"no row on {list(cfg.gpus)} whose pipeline runs "
                           f"{cfg.kernel}")
     share = fit_share(fit_rows, cfg.backend)
-    rows = pd.concat([fit_rows.assign(split="fit"), held_rows.assign(split="held_out")],
-                     ignore_index=True)
+    rows = labelled(fit_rows, held_rows)
     print(f"{cfg.kernel}: SM share {share:.3f} of its time on the GPU it was measured on "
           f"(fitted on {list(cfg.gpus)}, {len(fit_rows)} rows)")
     table_err = report(rows, predict(rows, cfg.backend, with_share(0.0)),

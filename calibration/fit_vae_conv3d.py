@@ -32,12 +32,13 @@ from calibration.config import command_main, compose_command
 from calibration.job_fit import (
     fit_calibration,
     fit_scalar,
+    labelled,
     predict,
     report,
     row_labels,
     rows_on,
+    split_rows,
 )
-from calibration.validate_diffusion import plan_rows, read_rows
 from sim.cost.conv3d import conv3d_path
 from sim.diffusion.pipeline import load_pipeline
 from sim.diffusion.vae import channels_first_3d as vae_channels_first_3d
@@ -80,15 +81,12 @@ def fit_efficiency(rows: pd.DataFrame, backend: str) -> float:
 def run(cfg, outdir: Path) -> dict:
     """Fit on ``gpus``, predict ``held_out_gpus``, print both before and after, write."""
     calibration = fit_calibration(cfg.gpus, cfg.held_out_gpus)
-    table = plan_rows(read_rows(Path(cfg.csv)))
-    fit_rows = conv3d_rows(table, cfg.gpus)
-    held_rows = conv3d_rows(table, cfg.held_out_gpus)
+    fit_rows, held_rows = split_rows(cfg.csv, cfg.gpus, cfg.held_out_gpus, channels_first_3d)
     if fit_rows.empty:
         raise ConfigError("csv", cfg.csv, f"no row on {list(cfg.gpus)} whose pipeline decodes "
                           "with channels-first 3D convolutions")
     eff = fit_efficiency(fit_rows, cfg.backend)
-    rows = pd.concat([fit_rows.assign(split="fit"), held_rows.assign(split="held_out")],
-                     ignore_index=True)
+    rows = labelled(fit_rows, held_rows)
     print(f"channels-first 3D convolutions: {eff:.3f} of the FP32 peak (fitted on "
           f"{list(cfg.gpus)}, {len(fit_rows)} rows)")
     table_err = report(rows, predict(rows, cfg.backend, [TENSOR_CORES]),

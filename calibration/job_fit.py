@@ -21,7 +21,7 @@ from scipy.optimize import minimize_scalar
 import conf
 from calibration.fitting import signed_error_summary
 from calibration.silicon_rows import hardware_doc
-from calibration.validate_diffusion import simulate_rows
+from calibration.validate_diffusion import plan_rows, read_rows, simulate_rows
 from sim.errors import ConfigError
 
 HARDWARE = Path(conf.__file__).parent / "hardware"
@@ -52,6 +52,20 @@ def fit_calibration(gpus: list[str], held_out_gpus: list[str]) -> str:
         raise ConfigError("gpus", list(gpus), "hardware names of one calibration "
                           f"(conf/hardware/<name>.yaml calibration:), got {cals}")
     return next(iter(cals.values()))
+
+
+def split_rows(csv: str, gpus: list[str], held_out_gpus: list[str],
+               keep: Callable[[str], bool]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The CSV's mapped rows whose model ``keep`` accepts: those on ``gpus`` (the fit) and
+    those on ``held_out_gpus`` (only predicted)."""
+    table = plan_rows(read_rows(Path(csv)))
+    return rows_on(table, gpus, keep), rows_on(table, held_out_gpus, keep)
+
+
+def labelled(fit_rows: pd.DataFrame, held_rows: pd.DataFrame) -> pd.DataFrame:
+    """Both splits in one table with a ``split`` column (``fit`` / ``held_out``)."""
+    return pd.concat([fit_rows.assign(split="fit"), held_rows.assign(split="held_out")],
+                     ignore_index=True)
 
 
 def predict(rows: pd.DataFrame, backend: str, overrides: list[str]) -> pd.DataFrame:

@@ -159,8 +159,8 @@ def vae_working_set(job: Job, plan: ParallelPlan) -> float:
             strips = group // max(images, 1)
             height = min(height, math.ceil(height / strips) + 2 * HALO_LATENT_ROWS)
             images = 1
-    _, (t, h, w) = max(decode_tiles(v, job.latent_frames, height, job.latent_width),
-                       key=lambda tile: math.prod(tile[1]))
+    # the first tile is the largest along every axis (decode_tiles)
+    _, (t, h, w) = decode_tiles(v, job.latent_frames, height, job.latent_width)[0]
     c = v.mid_channels
     biggest = t * h * w * c
     for i, c_out in enumerate(v.up_channels):

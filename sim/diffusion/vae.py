@@ -173,9 +173,7 @@ def decode_ops(pricer: Pricer, v: VAEConfig, frames: int, height: int, width: in
     eta = cuda_core_class(pricer, v)
     ops: list[OperatorCost] = []
     for n, (t, h, w) in compute_tiles(v, frames, height, width):
-        ops += [OperatorCost(op.name, op.count * n, op.flops * n, op.bytes * n, op.time_s * n,
-                             op.bound, op.dtype)
-                for op in _decoder_ops(pricer, v, t, h, w, eta, launch_s)]
+        ops += [op.scaled(n) for op in _decoder_ops(pricer, v, t, h, w, eta, launch_s)]
     return merge(ops)
 
 
