@@ -10,8 +10,9 @@ be simulated (speculative decoding, a model without a conf file). Its requests
 (``run_requests``) are sent as ``vllm bench serve`` sends them: with ``request_rate=inf`` every
 request at t=0; with ``max_concurrency=N`` by N clients, each sending its next request when its
 previous one ends; at a finite rate as Poisson arrivals.
-Lengths are the run's own per request when known, else its means (an approximation for
-ShareGPT runs, whose lengths vary).
+Lengths are the run's own per request when known; for a ShareGPT run known only by its means,
+drawn to those means under the client's filter (``scenarios.sharegpt_lengths``, an
+approximation); else the means (fixed-length ``random`` runs).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from calibration.bench_runs import METRICS, BenchRun
 from calibration.config import SimConfigContext
 from calibration.silicon_rows import calibration_file, model_index
 from scenarios import WorkloadError
+from scenarios.sharegpt_lengths import sharegpt_lengths
 from sim import simulate
 from sim.errors import ConfigError
 
@@ -149,6 +151,9 @@ def run_requests(run: BenchRun, seed: int = 0) -> pd.DataFrame:
     if run.input_lens is not None and run.output_lens is not None:
         inputs = np.asarray(run.input_lens, np.int64)
         outputs = np.maximum(np.asarray(run.output_lens, np.int64), 1)
+    elif run.dataset == "sharegpt":
+        inputs, outputs = sharegpt_lengths(n, run.input_len, run.output_len,
+                                           np.random.default_rng(seed))
     else:
         inputs = np.full(n, max(1, round(run.input_len)), np.int64)
         outputs = np.full(n, max(1, round(run.output_len)), np.int64)

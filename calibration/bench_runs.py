@@ -12,7 +12,9 @@
 A run records how the client sent its requests: ``request_rate`` (``inf``: every request at
 t=0; otherwise Poisson at that rate, ``burstiness`` 1) and ``max_concurrency`` (at most that
 many in flight: N closed-loop clients), the lengths (per request when the file has them, else
-the means), and the measured metrics under the tool's names (``METRICS``).
+the means; for a ShareGPT run known only by its means, lengths drawn to them by
+``scenarios.sharegpt_lengths``), and the measured metrics under the tool's names
+(``METRICS``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class BenchRun:
     request_rate: float = math.inf
     max_concurrency: int | None = None
     fixed_lengths: bool = True
+    dataset: str = ""  # "sharegpt": lengths vary around the means (scenarios.sharegpt_lengths)
     input_lens: list[int] | None = None  # per request, when the result file has them
     output_lens: list[int] | None = None
     measured: dict[str, float] = field(default_factory=dict)
@@ -149,13 +152,15 @@ def read_gpustack(path: str | Path) -> list[BenchRun]:
             id=f"gpustack_{i:03d}", backend=ENGINES.get(name, name),
             model_path=_model_path(args, str(model)), num_prompts=n, input_len=input_len,
             output_len=output_len, max_concurrency=int(conc.group(1)) if conc else None,
-            fixed_lengths=str(dataset).startswith("random"), measured=measured,
+            fixed_lengths=str(dataset).startswith("random"),
+            dataset="random" if str(dataset).startswith("random") else "sharegpt",
+            measured=measured,
             engine_version=version.group(1) if version else "", serve_args=args,
             tp=int(args.get("tensor-parallel-size", 1)),
             pp=int(args.get("pipeline-parallel-size", 1)),
             ep="enable-expert-parallel" in args or int(args.get("expert-parallel-size", 1)) > 1,
             source=str(source), note="" if str(dataset).startswith("random") else
-            "ShareGPT: the mean lengths (an approximation)"))
+            "ShareGPT: lengths drawn to the means (an approximation)"))
     return runs
 
 

@@ -86,6 +86,11 @@ def unused_settings(cfg) -> list[str]:
             for p in _block_changed(getattr(w, length), LengthConfig, f"workload.{length}"):
                 out.append(f"{p} is ignored: workload.random draws the lengths (set "
                            f"workload.random.{length}_len)")
+    if getattr(w, "sharegpt", None) is not None and w.arrival != "trace":
+        for length in ("input", "output"):
+            for p in _block_changed(getattr(w, length), LengthConfig, f"workload.{length}"):
+                out.append(f"{p} is ignored: workload.sharegpt draws the lengths (set "
+                           f"workload.sharegpt.{length}_mean)")
     b = cfg.backend
     if getattr(b, "eager_launch_us", None) is not None and not b.enforce_eager:
         out.append(f"backend.eager_launch_us={b.eager_launch_us} is ignored: "

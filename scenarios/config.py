@@ -30,6 +30,8 @@ from typing import Any
 from scenarios.classes import RequestClassConfig, check_classes
 from scenarios.diffusion_config import JobShapeConfig, PriorityClassConfig, check_diffusion
 from scenarios.errors import WorkloadError
+from scenarios.sharegpt_lengths import bounds_text as sharegpt_bounds
+from scenarios.sharegpt_lengths import reachable as sharegpt_reachable
 from scenarios.traces import MAX_TIME_S, MAX_TOKENS
 
 ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
@@ -106,6 +108,17 @@ class RandomDatasetConfig:
 
 
 @dataclass
+class ShareGPTDatasetConfig:
+    """vLLM's ``vllm bench serve --dataset-name sharegpt`` known by its mean lengths only:
+    prompts and replies drawn to these means under the client's filter
+    (``scenarios.sharegpt_lengths``), generated in full. The defaults are the means of the
+    gpustack H100 runs' samples (1,000 prompts, Qwen3 and GLM tokenizers: 214–217 in, ~200 out)."""
+
+    input_mean: float = 215.0  # mean prompt tokens
+    output_mean: float = 200.0  # mean reply tokens (max_tokens)
+
+
+@dataclass
 class WorkloadConfig:
     """How requests (LLM) or jobs (diffusion) arrive, how long or how large they are."""
 
@@ -141,6 +154,9 @@ class WorkloadConfig:
     # vLLM's random dataset (``workload=random``); when set, it replaces ``input``, ``output``
     # and ``total_length`` and its prefix is shared by every request (prefix caching sees it)
     random: RandomDatasetConfig | None = None
+    # vLLM's ShareGPT dataset by its mean lengths (``workload=sharegpt``); replaces ``input``,
+    # ``output`` and ``total_length`` when set
+    sharegpt: ShareGPTDatasetConfig | None = None
     # request classes (scenarios.classes); empty: one class, no priorities or TTFT targets
     classes: list[RequestClassConfig] = field(default_factory=list)
     # synthetic shared prefixes (not with arrival=trace, whose hash_ids come with the file)
@@ -260,15 +276,45 @@ def check_total_length(w: Any) -> None:
                             "(a turn's message length is workload.input)")
 
 
+def check_sharegpt(w: Any) -> None:
+    """Range checks of ``workload.sharegpt`` (vLLM's ShareGPT dataset by its means) and the
+    settings it cannot be combined with."""
+    sg, p = _dataset(w, "sharegpt")
+    if sg is None:
+        return
+    if getattr(w, "random", None) is not None:
+        raise WorkloadError(p, "set", "null with workload.random (one dataset draws the lengths)")
+    if getattr(w, "total_length", None) is not None:
+        raise WorkloadError("workload.total_length", "set",
+                            f"null with {p} (the ShareGPT dataset draws both lengths)")
+    mt = getattr(w, "multi_turn", None)
+    if mt is not None and mt.enabled:
+        raise WorkloadError("workload.multi_turn.enabled", mt.enabled,
+                            f"false with {p} (vLLM's ShareGPT dataset sends single turns)")
+    for name in ("input_mean", "output_mean"):
+        if not _finite(getattr(sg, name)):
+            raise WorkloadError(f"{p}.{name}", getattr(sg, name), "must be a finite number")
+    if not sharegpt_reachable(sg.input_mean, sg.output_mean):
+        name = "output_mean" if sharegpt_reachable(sg.input_mean, 8) else "input_mean"
+        raise WorkloadError(f"{p}.{name}", getattr(sg, name),
+                            f"out of what the client's filter keeps: {sharegpt_bounds()}")
+
+
+def _dataset(w: Any, name: str) -> tuple[Any, str]:
+    """``workload.<name>`` (a benchmark dataset's block, or None) and its dotted path; a block
+    set with ``arrival=trace`` is refused (a trace brings its own lengths)."""
+    block, p = getattr(w, name, None), f"workload.{name}"
+    if block is not None and w.arrival == "trace":
+        raise WorkloadError(p, "set", "null with arrival=trace (a trace brings its own lengths)")
+    return block, p
+
+
 def check_random(w: Any) -> None:
     """Range checks of ``workload.random`` (vLLM's random dataset) and the settings it cannot
     be combined with."""
-    rd = getattr(w, "random", None)
+    rd, p = _dataset(w, "random")
     if rd is None:
         return
-    p = "workload.random"
-    if w.arrival == "trace":
-        raise WorkloadError(p, "set", "null with arrival=trace (a trace brings its own lengths)")
     _check_tokens(f"{p}.input_len", rd.input_len)
     _check_tokens(f"{p}.output_len", rd.output_len)
     if not (_finite(rd.range_ratio) and 0 <= rd.range_ratio < 1):
@@ -361,6 +407,7 @@ def check_workload(w: Any) -> None:
         check_length(w.output, "workload.output")
         check_total_length(w)
     check_random(w)
+    check_sharegpt(w)
     check_classes(w.classes)
     check_prefixes(w)
     if getattr(w, "kind", None) is not None:  # None: a config from before diffusion workloads

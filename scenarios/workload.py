@@ -32,7 +32,9 @@ Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.Data
   replay), or from ``workload.total_length`` split by ``workload.prefill_fraction`` when that is
   set (drawn from the input stream), or from ``workload.random`` (vLLM's random dataset:
   uniform around ``input_len``/``output_len``, a shared prefix of ``prefix_len`` tokens in
-  front); ``workload.input_tokens``/``output_tokens``, when set, replace them for every row
+  front), or from ``workload.sharegpt`` (vLLM's ShareGPT dataset by its mean lengths, both
+  drawn from the input stream: the client filters each pair as a whole);
+  ``workload.input_tokens``/``output_tokens``, when set, replace them for every row
   (with a prefix, the request's own part).
 - Synthetic prefixes: with ``system_prompt.count > 0`` each request's prompt is a drawn system
   prompt followed by its own ``workload.input`` tokens (``scenarios.prefixes``); with
@@ -69,6 +71,7 @@ from scenarios.lengths import (
 )
 from scenarios.prefixes import add_shared_prefix, add_system_prompts
 from scenarios.sessions import session_rows
+from scenarios.sharegpt_lengths import sharegpt_lengths
 from scenarios.traces import MAX_TIME_S, read_trace, window_trace
 
 COLUMNS = ("arrival_time_s", "input_tokens", "output_tokens", "client", "think_time_s")
@@ -120,6 +123,12 @@ def _synthetic_rows(
     rng_in, rng_out = rng_lengths.spawn(2)
     if _random_dataset(w) is not None:
         inputs, outputs = random_dataset_lengths(w.random, n, rng_in, rng_out)
+    elif getattr(w, "sharegpt", None) is not None:
+        try:  # the pair is filtered together, so both lengths come from the input stream
+            inputs, outputs = sharegpt_lengths(n, float(w.sharegpt.input_mean),
+                                               float(w.sharegpt.output_mean), rng_in)
+        except ValueError as e:
+            raise WorkloadError("workload.sharegpt", "set", str(e)) from None
     elif getattr(w, "total_length", None) is not None:
         inputs, outputs = split_total_lengths(
             w.total_length, float(w.prefill_fraction), n, rng_in, "workload.total_length"
@@ -177,7 +186,7 @@ def _length_files(w: Any) -> list[tuple[Any, str, str]]:
     workload draws from."""
     if w.arrival == "trace":
         return []
-    if _random_dataset(w) is not None:
+    if _random_dataset(w) is not None or getattr(w, "sharegpt", None) is not None:
         return []
     if getattr(w, "total_length", None) is not None:
         used = [(w.total_length, "workload.total_length", "total_tokens")]

@@ -56,6 +56,7 @@ def test_gpustack_rows_become_runs(tmp_path):
     assert run.measured == {"request_throughput": 2.25, "mean_ttft_ms": 64.0,
                             "output_throughput": 496.9}
     assert run.engine_version == "v0.11.0" and not run.fixed_lengths
+    assert run.dataset == "sharegpt" and "drawn to the means" in run.note
 
 
 def _result(tmp_path, name: str, **over) -> str:
@@ -93,6 +94,11 @@ def test_requests_are_sent_as_the_client_sent_them():
     assert req["arrival_time_s"].isna().tolist() == [False, False] + [True] * 4
     poisson = run_requests(BenchRun("p", "vllm", "Qwen/Qwen3-8B", 2000, 10, 3, 50.0))
     assert np.diff(poisson["arrival_time_s"]).mean() == pytest.approx(1 / 50, rel=0.1)
+    assert (req["input_tokens"] == 10).all() and (req["output_tokens"] == 3).all()
+    sharegpt = run_requests(BenchRun("g", "vllm", "Qwen/Qwen3-8B", 500, 214.5, 199.9,
+                                     fixed_lengths=False, dataset="sharegpt"))
+    assert sharegpt["output_tokens"].mean() == pytest.approx(199.9, abs=0.5)
+    assert sharegpt["output_tokens"].max() > 4 * 199.9  # not every request at the mean
 
 
 def test_plans_name_what_cannot_be_simulated():

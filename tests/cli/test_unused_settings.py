@@ -49,6 +49,9 @@ def test_shipped_options_set_nothing_they_do_not_read(compose_cfg, option):
     (["workload=random", "workload.input.value=2000"],
      "workload.input.value=2000 is ignored: workload.random draws the lengths (set "
      "workload.random.input_len)"),
+    (["workload=sharegpt", "workload.output.value=50"],
+     "workload.output.value=50 is ignored: workload.sharegpt draws the lengths (set "
+     "workload.sharegpt.output_mean)"),
     (["backend.eager_launch_us=20"], "backend.eager_launch_us=20.0 is ignored: "
                                      "backend.enforce_eager=false"),
 ])
