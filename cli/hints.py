@@ -32,7 +32,7 @@ VLLM_FLAGS = {
     "random-output-len": "workload.random.output_len",
     "random-range-ratio": "workload.random.range_ratio",
     "random-prefix-len": "workload.random.prefix_len",
-    "sharegpt-output-len": "workload.output",
+    "sharegpt-output-len": "workload.output_tokens",
     "goodput": "slo",
     "metric-percentiles": "metrics.percentiles",
     "disable-hybrid-kv-cache-manager": "kv_cache.sliding_window_paging",

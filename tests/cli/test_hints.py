@@ -48,6 +48,8 @@ def test_no_suggestion_when_nothing_is_close(capsys):
     (["--gpu-memory-utilization", "0.8"], "write kv_cache.gpu_memory_utilization=0.8"),
     (["workload.rate=2", "--enable-prefix-caching"], "write kv_cache.prefix_caching=..."),
     (["--dataset-name", "random"], "write workload=random"),
+    (["--dataset-name", "sharegpt"], "write workload=sharegpt"),
+    (["--sharegpt-output-len", "128"], "write workload.output_tokens=128"),
     (["--random-input-len", "2048"], "write workload.random.input_len=2048"),
     (["--random-range-ratio=0.5"], "write workload.random.range_ratio=0.5"),
     (["--random-prefix-len", "512"], "write workload.random.prefix_len=512"),
