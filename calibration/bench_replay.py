@@ -152,8 +152,12 @@ def run_requests(run: BenchRun, seed: int = 0) -> pd.DataFrame:
         inputs = np.asarray(run.input_lens, np.int64)
         outputs = np.maximum(np.asarray(run.output_lens, np.int64), 1)
     elif run.dataset == "sharegpt":
-        inputs, outputs = sharegpt_lengths(n, run.input_len, run.output_len,
-                                           np.random.default_rng(seed))
+        try:  # a stream of their own: lengths independent of a finite rate's arrival gaps
+            inputs, outputs = sharegpt_lengths(n, run.input_len, run.output_len,
+                                               np.random.default_rng([seed, 1]))
+        except ValueError as e:
+            raise WorkloadError("mean lengths", f"{run.input_len:g}/{run.output_len:g}",
+                                str(e)) from None
     else:
         inputs = np.full(n, max(1, round(run.input_len)), np.int64)
         outputs = np.full(n, max(1, round(run.output_len)), np.int64)

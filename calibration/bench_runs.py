@@ -132,6 +132,7 @@ def read_gpustack(path: str | Path) -> list[BenchRun]:
     df = df.assign(_k=df.groupby([*keys, "metric"], sort=False).cumcount())
     for i, (key, group) in enumerate(df.groupby([*keys, "_k"], sort=False)):
         source, engine, model, dataset, isl, osl, client, notes, _ = key
+        is_random = str(dataset).startswith("random")
         name = str(engine).split(" ")[0].lower()
         cmd = str(notes).split("serve cmd:", 1)[-1].strip()
         args = parse_serve_command(cmd)
@@ -152,14 +153,13 @@ def read_gpustack(path: str | Path) -> list[BenchRun]:
             id=f"gpustack_{i:03d}", backend=ENGINES.get(name, name),
             model_path=_model_path(args, str(model)), num_prompts=n, input_len=input_len,
             output_len=output_len, max_concurrency=int(conc.group(1)) if conc else None,
-            fixed_lengths=str(dataset).startswith("random"),
-            dataset="random" if str(dataset).startswith("random") else "sharegpt",
+            fixed_lengths=is_random, dataset="random" if is_random else "sharegpt",
             measured=measured,
             engine_version=version.group(1) if version else "", serve_args=args,
             tp=int(args.get("tensor-parallel-size", 1)),
             pp=int(args.get("pipeline-parallel-size", 1)),
             ep="enable-expert-parallel" in args or int(args.get("expert-parallel-size", 1)) > 1,
-            source=str(source), note="" if str(dataset).startswith("random") else
+            source=str(source), note="" if is_random else
             "ShareGPT: lengths drawn to the means (an approximation)"))
     return runs
 

@@ -128,7 +128,7 @@ def _synthetic_rows(
             inputs, outputs = sharegpt_lengths(n, float(w.sharegpt.input_mean),
                                                float(w.sharegpt.output_mean), rng_in)
         except ValueError as e:
-            raise WorkloadError("workload.sharegpt", "set", str(e)) from None
+            raise WorkloadError("workload.num_requests", n, str(e)) from None
     elif getattr(w, "total_length", None) is not None:
         inputs, outputs = split_total_lengths(
             w.total_length, float(w.prefill_fraction), n, rng_in, "workload.total_length"

@@ -20,6 +20,7 @@ from calibration.bench_runs import (
     read_result_file,
 )
 from calibration.from_bench import main as from_bench
+from scenarios import WorkloadError
 from sim.errors import ConfigError
 
 
@@ -99,6 +100,13 @@ def test_requests_are_sent_as_the_client_sent_them():
                                      fixed_lengths=False, dataset="sharegpt"))
     assert sharegpt["output_tokens"].mean() == pytest.approx(199.9, abs=0.5)
     assert sharegpt["output_tokens"].max() > 4 * 199.9  # not every request at the mean
+    # the same lengths whatever the client's rate
+    at_rate = run_requests(BenchRun("h", "vllm", "Qwen/Qwen3-8B", 500, 214.5, 199.9, 5.0,
+                                    fixed_lengths=False, dataset="sharegpt"))
+    assert at_rate["output_tokens"].equals(sharegpt["output_tokens"])
+    with pytest.raises(WorkloadError, match="cannot keep"):
+        run_requests(BenchRun("u", "vllm", "Qwen/Qwen3-8B", 10, 900, 100, fixed_lengths=False,
+                              dataset="sharegpt"))
 
 
 def test_plans_name_what_cannot_be_simulated():

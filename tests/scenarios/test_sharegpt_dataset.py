@@ -46,6 +46,16 @@ def test_lengths_spread_like_an_exponential():
     assert replies.std() / replies.mean() == pytest.approx(1.0, abs=0.15)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 17, 50])
+@pytest.mark.parametrize("means", [(8.5, 8.5), (214.465, 199.895), (8, 500), (400, 400)])
+def test_small_samples_come_within_a_token_or_5_percent(n, means):
+    for seed in range(4):
+        prompts, replies = sharegpt_lengths(n, *means, np.random.default_rng(seed))
+        assert len(prompts) == n and client_filter(prompts, replies).all()
+        for got, want in zip((prompts.mean(), replies.mean()), means, strict=True):
+            assert abs(got - want) <= max(1.0, 0.05 * want)
+
+
 def test_the_same_generator_state_gives_the_same_lengths():
     a = sharegpt_lengths(500, 215, 200, np.random.default_rng(7))
     b = sharegpt_lengths(500, 215, 200, np.random.default_rng(7))
