@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from sim.errors import OutputError
 
@@ -73,6 +74,15 @@ def json_safe(v):
 def write_text(path: Path, text: str) -> None:
     """``path.write_text(text)``, atomically."""
     atomic_write(Path(path), lambda p: Path(p).write_text(text))
+
+
+def write_yaml(path: Path, doc, header: str = "") -> None:
+    """``doc`` as block YAML in the order given (a calibrated file), after ``header``'s lines
+    as ``#`` comments, atomically; the folder is created if missing."""
+    path = Path(path)
+    make_folder(path.parent)
+    comments = "".join(f"# {line}\n" for line in header.splitlines())
+    write_text(path, comments + yaml.safe_dump(doc, sort_keys=False, width=100))
 
 
 def write_json(path: Path, doc, **dumps) -> None:

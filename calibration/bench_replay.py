@@ -11,7 +11,7 @@ be simulated (speculative decoding, a model without a conf file). Its requests
 request at t=0; with ``max_concurrency=N`` by N clients, each sending its next request when its
 previous one ends; at a finite rate as Poisson arrivals.
 Lengths are the run's own per request when known; for a ShareGPT run known only by its means,
-drawn to those means under the client's filter (``scenarios.sharegpt_lengths``, an
+drawn to those means under the client's filter (``scenarios.sharegpt_dataset``, an
 approximation); else the means (fixed-length ``random`` runs).
 """
 
@@ -31,7 +31,7 @@ from calibration.bench_runs import METRICS, BenchRun
 from calibration.config import SimConfigContext
 from calibration.silicon_rows import calibration_file, model_index
 from scenarios import WorkloadError
-from scenarios.sharegpt_lengths import sharegpt_lengths
+from scenarios.sharegpt_dataset import sharegpt_lengths
 from sim import simulate
 from sim.errors import ConfigError
 

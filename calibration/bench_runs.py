@@ -13,7 +13,7 @@ A run records how the client sent its requests: ``request_rate`` (``inf``: every
 t=0; otherwise Poisson at that rate, ``burstiness`` 1) and ``max_concurrency`` (at most that
 many in flight: N closed-loop clients), the lengths (per request when the file has them, else
 the means; for a ShareGPT run known only by its means, lengths drawn to them by
-``scenarios.sharegpt_lengths``), and the measured metrics under the tool's names
+``scenarios.sharegpt_dataset``), and the measured metrics under the tool's names
 (``METRICS``).
 """
 
@@ -49,7 +49,7 @@ class BenchRun:
     request_rate: float = math.inf
     max_concurrency: int | None = None
     fixed_lengths: bool = True
-    dataset: str = ""  # "sharegpt": lengths vary around the means (scenarios.sharegpt_lengths)
+    dataset: str = ""  # "sharegpt": lengths vary around the means (scenarios.sharegpt_dataset)
     input_lens: list[int] | None = None  # per request, when the result file has them
     output_lens: list[int] | None = None
     measured: dict[str, float] = field(default_factory=dict)

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 from scipy.optimize import least_squares
 
+from analysis.files import write_yaml
 from analysis.inputs import read_csv
 from calibration.config import command_main, compose_command
 from calibration.fitting import signed_error_summary
@@ -184,10 +184,8 @@ def run(cfg, outdir: Path) -> dict:
                   f"s_half {c['s_half']:.0f}, p {c['power']:.2f}")
     if cfg.write:
         path = Path(str(kernel_classes_path(hw.get("calibration", cfg.hardware))))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("# Attention kernel classes (sim/cost/attention_kernels.py); written by "
-                        "calibration/fit_attention_kernels.py\n"
-                        + yaml.safe_dump(doc, sort_keys=False, width=100))
+        write_yaml(path, doc, "Attention kernel classes (sim/cost/attention_kernels.py); written "
+                   "by calibration/fit_attention_kernels.py")
         print(f"written to {path}")
     return doc
 

@@ -28,6 +28,7 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from analysis.files import write_yaml
 from calibration.config import command_main, compose_command
 from calibration.job_fit import (
     fit_calibration,
@@ -118,11 +119,9 @@ def run(cfg, outdir: Path) -> dict:
         shares = {**((old or {}).get("sm_share") or {}), cfg.kernel: round(share, 4)}
         runs = {**((old or {}).get("fits") or {}), cfg.kernel: {k: v for k, v in doc.items()
                                                                if k != "sm_share"}}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("# SM share of attention kernel classes (sim/cost/attention_kernels.py); "
-                        "written by calibration/fit_attention_split.py\n"
-                        + yaml.safe_dump({"sm_share": shares, "fits": runs}, sort_keys=False,
-                                         width=100))
+        write_yaml(path, {"sm_share": shares, "fits": runs},
+                   "SM share of attention kernel classes (sim/cost/attention_kernels.py); "
+                   "written by calibration/fit_attention_split.py")
         print(f"written to {path}")
     return doc
 

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 from scipy.optimize import least_squares
 
+from analysis.files import write_yaml
 from calibration.config import command_main, compose_command
 from calibration.fitting import signed_error_summary
 from calibration.silicon_rows import hardware_doc
@@ -141,10 +141,8 @@ def run(cfg, outdir: Path) -> dict:
                      "unfused": round(float(x_all[1]), 3)}}
     if cfg.write:
         out = Path(str(execution_path(hw.get("calibration", "h100_sxm"))))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("# Eager-mode DiT costs (sim/diffusion/execution.py); written by "
-                       "calibration/fit_execution.py\n" + yaml.safe_dump(doc, sort_keys=False,
-                                                                         width=100))
+        write_yaml(out, doc, "Eager-mode DiT costs (sim/diffusion/execution.py); written by "
+                   "calibration/fit_execution.py")
         print(f"written to {out}")
     return doc
 

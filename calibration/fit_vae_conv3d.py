@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from analysis.files import write_yaml
 from calibration.config import command_main, compose_command
 from calibration.job_fit import (
     fit_calibration,
@@ -104,10 +104,8 @@ def run(cfg, outdir: Path) -> dict:
            "channels_first": {"efficiency": round(eff, 4)}}
     if cfg.write:
         path = Path(str(conv3d_path(calibration)))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("# Channels-first 3D convolutions on the CUDA cores (sim/cost/conv3d.py); "
-                        "written by calibration/fit_vae_conv3d.py\n"
-                        + yaml.safe_dump(doc, sort_keys=False, width=100))
+        write_yaml(path, doc, "Channels-first 3D convolutions on the CUDA cores "
+                   "(sim/cost/conv3d.py); written by calibration/fit_vae_conv3d.py")
         print(f"written to {path}")
     return doc
 

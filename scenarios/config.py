@@ -10,8 +10,8 @@ by ``build_requests`` with the same kind of error.
 Synthetic shared prefixes (``scenarios.prefixes``, ``scenarios.sessions``) are configured by
 ``workload.system_prompt`` (shared system prompts), ``workload.multi_turn`` (conversations
 whose every turn re-sends the whole conversation so far) and ``workload.hash_block_tokens``
-(tokens named by one id of the ``hash_ids`` they produce). ``workload.random`` is vLLM's
-``--dataset-name random`` (``RandomDatasetConfig``).
+(tokens named by one id of the ``hash_ids`` they produce). ``workload.random`` and
+``workload.sharegpt`` are vLLM's benchmark datasets (``scenarios.bench_datasets``).
 
 Diffusion jobs (``kind: diffusion`` or ``mixed``) are configured by the flat shape fields
 (``model``, ``height``, ``width``, ``frames``, ``steps``, ``images``, ``guidance``), ``mix``,
@@ -22,17 +22,30 @@ Diffusion jobs (``kind: diffusion`` or ``mixed``) are configured by the flat sha
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+from scenarios.bench_datasets import (
+    RandomDatasetConfig,
+    ShareGPTDatasetConfig,
+    check_random,
+    check_sharegpt,
+)
 from scenarios.classes import RequestClassConfig, check_classes
 from scenarios.diffusion_config import JobShapeConfig, PriorityClassConfig, check_diffusion
 from scenarios.errors import WorkloadError
-from scenarios.sharegpt_lengths import bounds_text as sharegpt_bounds
-from scenarios.sharegpt_lengths import reachable as sharegpt_reachable
-from scenarios.traces import MAX_TIME_S, MAX_TOKENS
+from scenarios.field_checks import (
+    check_at_most,
+    check_choice,
+    check_int_at_least,
+    check_nonnegative,
+    check_positive,
+    check_seconds,
+    check_tokens,
+    finite,
+)
+from scenarios.traces import MAX_TIME_S
 
 ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "empirical")
@@ -86,36 +99,6 @@ class MultiTurnConfig:
     think_time_dist: str = "fixed"  # fixed | exponential
     # a session ends before a turn whose prompt would exceed this (null: never)
     max_input_tokens: int | None = None
-
-
-@dataclass
-class RandomDatasetConfig:
-    """vLLM's ``vllm bench serve --dataset-name random``: every prompt is ``prefix_len`` tokens
-    shared by all requests followed by its own tokens, a uniform integer in
-    ``[floor(L·(1 − r)), ceil(L·(1 + r))]`` with ``L = input_len − special_tokens`` and
-    ``r = range_ratio``, plus the ``special_tokens`` the tokenizer adds back (so with ``r = 0``
-    a prompt is exactly ``prefix_len + input_len``); outputs are uniform in
-    ``[max(1, floor(output_len·(1 − r))), ceil(output_len·(1 + r))]``, generated in full (as
-    with ``--ignore-eos``). As vLLM's ``RandomDataset.get_text_sampling_params``."""
-
-    input_len: int = 1024  # --random-input-len
-    output_len: int = 128  # --random-output-len
-    range_ratio: float = 0.0  # --random-range-ratio, in [0, 1)
-    prefix_len: int = 0  # --random-prefix-len: tokens every prompt starts with
-    # tokens the tokenizer adds to a prompt (1 for Llama's BOS, 0 for Qwen's), which vLLM
-    # takes off input_len before applying the range
-    special_tokens: int = 0
-
-
-@dataclass
-class ShareGPTDatasetConfig:
-    """vLLM's ``vllm bench serve --dataset-name sharegpt`` known by its mean lengths only:
-    prompts and replies drawn to these means under the client's filter
-    (``scenarios.sharegpt_lengths``), generated in full. The defaults are the means of the
-    gpustack H100 runs' 1,000-prompt samples (214.5–217.9 in, 187–202 out by tokenizer)."""
-
-    input_mean: float = 215.0  # mean prompt tokens
-    output_mean: float = 200.0  # mean reply tokens (max_tokens)
 
 
 @dataclass
@@ -183,69 +166,25 @@ class WorkloadConfig:
     trace_statuses: list[str] = field(default_factory=lambda: ["SUCCEED", "FAILED"])
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _check_positive(name: str, x: Any) -> None:
-    if not (_finite(x) and x > 0):
-        raise WorkloadError(name, x, "must be a finite number > 0")
-
-
-def _check_nonnegative(name: str, x: Any) -> None:
-    if not (_finite(x) and x >= 0):
-        raise WorkloadError(name, x, "must be a finite number >= 0")
-
-
-def _check_seconds(name: str, x: Any) -> None:
-    """A wait that moves the clock: past ``MAX_TIME_S`` float seconds lose step resolution."""
-    _check_nonnegative(name, x)
-    if x > MAX_TIME_S:
-        raise WorkloadError(name, x, f"must be at most {MAX_TIME_S:g} s")
-
-
-def _check_choice(name: str, x: Any, choices: tuple[str, ...]) -> None:
-    if x not in choices:
-        raise WorkloadError(name, x, f"one of {list(choices)}")
-
-
-def _check_int_at_least(name: str, x: Any, least: int) -> None:
-    if not (isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= least):
-        raise WorkloadError(name, x, f"must be an integer >= {least}")
-
-
-def _check_at_most(name: str, x: Any, most: int) -> None:
-    """An upper bound on a count the run holds in memory (one entry per request, prompt or
-    turn), so a typo fails here rather than as an allocation of terabytes."""
-    if x > most:
-        raise WorkloadError(name, x, f"must be at most {most:_}".replace("_", ","))
-
-
-def _check_tokens(name: str, x: Any) -> None:
-    _check_int_at_least(name, x, 1)
-    if x > MAX_TOKENS:
-        raise WorkloadError(name, x, f"must be at most {MAX_TOKENS} tokens")
-
-
 def check_length(length: Any, prefix: str) -> None:
     """Range checks of one ``LengthConfig``; ``prefix`` is its dotted path (``workload.input``)."""
-    _check_choice(f"{prefix}.dist", length.dist, LENGTH_DISTS)
+    check_choice(f"{prefix}.dist", length.dist, LENGTH_DISTS)
     if length.dist == "fixed":
-        _check_tokens(f"{prefix}.value", length.value)
+        check_tokens(f"{prefix}.value", length.value)
     if length.dist in ("uniform", "lognormal"):
-        _check_tokens(f"{prefix}.low", length.low)
-        _check_tokens(f"{prefix}.high", length.high)
+        check_tokens(f"{prefix}.low", length.low)
+        check_tokens(f"{prefix}.high", length.high)
         if length.high < length.low:
             raise WorkloadError(
                 f"{prefix}.high", length.high, f"must be >= {prefix}.low={length.low}"
             )
     if length.dist == "lognormal":
         # mean and sd of log(tokens): beyond these the truncated quantiles lose all precision
-        if not (_finite(length.mu) and abs(length.mu) <= MAX_LOG_MOMENT):
+        if not (finite(length.mu) and abs(length.mu) <= MAX_LOG_MOMENT):
             raise WorkloadError(f"{prefix}.mu", length.mu,
                                 f"must be a finite number in [-{MAX_LOG_MOMENT:g}, "
                                 f"{MAX_LOG_MOMENT:g}] (the mean of log(tokens))")
-        _check_positive(f"{prefix}.sigma", length.sigma)
+        check_positive(f"{prefix}.sigma", length.sigma)
         if length.sigma > MAX_LOG_MOMENT:
             raise WorkloadError(f"{prefix}.sigma", length.sigma,
                                 f"must be at most {MAX_LOG_MOMENT:g} (the sd of log(tokens))")
@@ -263,7 +202,7 @@ def check_total_length(w: Any) -> None:
     if total is None:
         return
     fraction = w.prefill_fraction
-    if not (_finite(fraction) and 0 < fraction < 1):
+    if not (finite(fraction) and 0 < fraction < 1):
         raise WorkloadError("workload.prefill_fraction", fraction, "must be a number in (0, 1)")
     check_length(total, "workload.total_length")
     low = total.value if total.dist == "fixed" else total.low
@@ -276,109 +215,29 @@ def check_total_length(w: Any) -> None:
                             "(a turn's message length is workload.input)")
 
 
-def check_sharegpt(w: Any) -> None:
-    """Range checks of ``workload.sharegpt`` (vLLM's ShareGPT dataset by its means) and the
-    settings it cannot be combined with."""
-    sg, p = _dataset(w, "sharegpt")
-    if sg is None:
-        return
-    if getattr(w, "random", None) is not None:
-        raise WorkloadError(p, "set", "null with workload.random (one dataset draws the lengths)")
-    if getattr(w, "total_length", None) is not None:
-        raise WorkloadError("workload.total_length", "set",
-                            f"null with {p} (the ShareGPT dataset draws both lengths)")
-    mt = getattr(w, "multi_turn", None)
-    if mt is not None and mt.enabled:
-        raise WorkloadError("workload.multi_turn.enabled", mt.enabled,
-                            f"false with {p} (vLLM's ShareGPT dataset sends single turns)")
-    for name in ("input_mean", "output_mean"):
-        if not _finite(getattr(sg, name)):
-            raise WorkloadError(f"{p}.{name}", getattr(sg, name), "must be a finite number")
-    if not sharegpt_reachable(sg.input_mean, sg.output_mean):
-        name = "output_mean" if sharegpt_reachable(sg.input_mean, 8) else "input_mean"
-        raise WorkloadError(f"{p}.{name}", getattr(sg, name),
-                            f"out of what the client's filter keeps: {sharegpt_bounds()}")
-
-
-def _dataset(w: Any, name: str) -> tuple[Any, str]:
-    """``workload.<name>`` (a benchmark dataset's block, or None) and its dotted path; a block
-    set with ``arrival=trace`` is refused (a trace brings its own lengths)."""
-    block, p = getattr(w, name, None), f"workload.{name}"
-    if block is not None and w.arrival == "trace":
-        raise WorkloadError(p, "set", "null with arrival=trace (a trace brings its own lengths)")
-    return block, p
-
-
-def check_random(w: Any) -> None:
-    """Range checks of ``workload.random`` (vLLM's random dataset) and the settings it cannot
-    be combined with."""
-    rd, p = _dataset(w, "random")
-    if rd is None:
-        return
-    _check_tokens(f"{p}.input_len", rd.input_len)
-    _check_tokens(f"{p}.output_len", rd.output_len)
-    if not (_finite(rd.range_ratio) and 0 <= rd.range_ratio < 1):
-        raise WorkloadError(f"{p}.range_ratio", rd.range_ratio, "must be a number in [0, 1)")
-    _check_int_at_least(f"{p}.prefix_len", rd.prefix_len, 0)
-    _check_int_at_least(f"{p}.special_tokens", rd.special_tokens, 0)
-    if rd.special_tokens >= rd.input_len:
-        raise WorkloadError(f"{p}.special_tokens", rd.special_tokens,
-                            f"must be below {p}.input_len={rd.input_len}")
-    (low, high), _ = random_length_bounds(rd)
-    if low < 1:
-        raise WorkloadError(f"{p}.range_ratio", rd.range_ratio,
-                            f"too wide for {p}.input_len={rd.input_len}: the shortest prompt "
-                            "would have no tokens of its own")
-    if high + rd.prefix_len > MAX_TOKENS:
-        raise WorkloadError(f"{p}.input_len", rd.input_len,
-                            f"prompts up to {high + rd.prefix_len} tokens; at most {MAX_TOKENS}")
-    if getattr(w, "total_length", None) is not None:
-        raise WorkloadError("workload.total_length", "set",
-                            f"null with {p} (the random dataset draws both lengths)")
-    sp, mt = getattr(w, "system_prompt", None), getattr(w, "multi_turn", None)
-    if sp is not None and sp.count:
-        raise WorkloadError("workload.system_prompt.count", sp.count,
-                            f"0 with {p} (its shared prefix is {p}.prefix_len)")
-    if mt is not None and mt.enabled:
-        raise WorkloadError("workload.multi_turn.enabled", mt.enabled,
-                            f"false with {p} (vLLM's random dataset sends single turns)")
-
-
-def random_length_bounds(rd: Any) -> tuple[tuple[int, int], tuple[int, int]]:
-    """Inclusive bounds of a random-dataset request's own prompt tokens (special tokens
-    included, prefix not) and of its output tokens, as vLLM computes them (floor below, ceil
-    above, of the range around ``input_len`` less the special tokens)."""
-    r, s = float(rd.range_ratio), int(rd.special_tokens)
-    real = int(rd.input_len) - s
-    inputs = (math.floor(real * (1 - r)) + s, math.ceil(real * (1 + r)) + s)
-    outputs = (max(1, math.floor(int(rd.output_len) * (1 - r))),
-               math.ceil(int(rd.output_len) * (1 + r)))
-    return inputs, outputs
-
-
 def check_workload(w: Any) -> None:
     """Validate a workload config (dataclass or DictConfig); raise ``WorkloadError`` if bad.
 
     Every numeric field is range-checked whatever the arrival process, so a bad override never
     goes unnoticed; the length distributions are checked only when they are used (not for traces).
     """
-    _check_choice("workload.arrival", w.arrival, ARRIVALS)
+    check_choice("workload.arrival", w.arrival, ARRIVALS)
     if not (isinstance(w.rate, numbers.Real) and not isinstance(w.rate, bool) and w.rate > 0):
         raise WorkloadError("workload.rate", w.rate,
                             "must be a number > 0 (inf: every request at once)")
-    _check_positive("workload.cv", w.cv)
+    check_positive("workload.cv", w.cv)
     is_trace = w.arrival == "trace"
-    _check_int_at_least("workload.num_requests", w.num_requests, 0 if is_trace else 1)
-    _check_at_most("workload.num_requests", w.num_requests, MAX_REQUESTS)
-    _check_int_at_least("workload.concurrency", w.concurrency, 1)
-    _check_seconds("workload.think_time_s", w.think_time_s)
-    _check_seconds("workload.ramp_up_s", w.ramp_up_s)
-    _check_choice("workload.think_time_dist", w.think_time_dist, THINK_TIME_DISTS)
-    _check_positive("workload.time_scale", w.time_scale)
-    if not _finite(w.window_start_s):
+    check_int_at_least("workload.num_requests", w.num_requests, 0 if is_trace else 1)
+    check_at_most("workload.num_requests", w.num_requests, MAX_REQUESTS)
+    check_int_at_least("workload.concurrency", w.concurrency, 1)
+    check_seconds("workload.think_time_s", w.think_time_s)
+    check_seconds("workload.ramp_up_s", w.ramp_up_s)
+    check_choice("workload.think_time_dist", w.think_time_dist, THINK_TIME_DISTS)
+    check_positive("workload.time_scale", w.time_scale)
+    if not finite(w.window_start_s):
         raise WorkloadError("workload.window_start_s", w.window_start_s, "must be a finite number")
     if w.window_end_s is not None and not (
-        _finite(w.window_end_s) and w.window_end_s > w.window_start_s
+        finite(w.window_end_s) and w.window_end_s > w.window_start_s
     ):
         raise WorkloadError(
             "workload.window_end_s",
@@ -386,11 +245,11 @@ def check_workload(w: Any) -> None:
             f"must be > workload.window_start_s={w.window_start_s} (or null)",
         )
     if w.max_requests is not None:
-        _check_int_at_least("workload.max_requests", w.max_requests, 1)
+        check_int_at_least("workload.max_requests", w.max_requests, 1)
     for name in ("input_tokens", "output_tokens"):
         value = getattr(w, name)
         if value is not None:
-            _check_tokens(f"workload.{name}", value)
+            check_tokens(f"workload.{name}", value)
     if w.arrival in ("poisson", "gamma") and w.num_requests / w.rate > MAX_TIME_S:
         raise WorkloadError("workload.rate", w.rate,
                             f"at least workload.num_requests / {MAX_TIME_S:g} s = "
@@ -421,22 +280,22 @@ def check_prefixes(w: Any) -> None:
     sp, mt = getattr(w, "system_prompt", None), getattr(w, "multi_turn", None)
     if sp is None or mt is None:  # a config from before synthetic prefixes
         return
-    _check_int_at_least("workload.system_prompt.count", sp.count, 0)
-    _check_at_most("workload.system_prompt.count", sp.count, MAX_SYSTEM_PROMPTS)
-    _check_tokens("workload.system_prompt.tokens", sp.tokens)
-    _check_choice("workload.system_prompt.popularity", sp.popularity, POPULARITY)
-    _check_nonnegative("workload.system_prompt.zipf_exponent", sp.zipf_exponent)
+    check_int_at_least("workload.system_prompt.count", sp.count, 0)
+    check_at_most("workload.system_prompt.count", sp.count, MAX_SYSTEM_PROMPTS)
+    check_tokens("workload.system_prompt.tokens", sp.tokens)
+    check_choice("workload.system_prompt.popularity", sp.popularity, POPULARITY)
+    check_nonnegative("workload.system_prompt.zipf_exponent", sp.zipf_exponent)
     if not isinstance(mt.enabled, bool):
         raise WorkloadError("workload.multi_turn.enabled", mt.enabled, "true or false")
     check_length(mt.turns, "workload.multi_turn.turns")
     for name in ("value", "high"):
-        _check_at_most(f"workload.multi_turn.turns.{name}", getattr(mt.turns, name), MAX_TURNS)
-    _check_seconds("workload.multi_turn.think_time_s", mt.think_time_s)
-    _check_choice("workload.multi_turn.think_time_dist", mt.think_time_dist, THINK_TIME_DISTS)
+        check_at_most(f"workload.multi_turn.turns.{name}", getattr(mt.turns, name), MAX_TURNS)
+    check_seconds("workload.multi_turn.think_time_s", mt.think_time_s)
+    check_choice("workload.multi_turn.think_time_dist", mt.think_time_dist, THINK_TIME_DISTS)
     if mt.max_input_tokens is not None:
         least = 1 + (sp.tokens if sp.count else 0)  # a system prompt and a 1-token message
-        _check_int_at_least("workload.multi_turn.max_input_tokens", mt.max_input_tokens, least)
-    _check_int_at_least("workload.hash_block_tokens", w.hash_block_tokens, 1)
+        check_int_at_least("workload.multi_turn.max_input_tokens", mt.max_input_tokens, least)
+    check_int_at_least("workload.hash_block_tokens", w.hash_block_tokens, 1)
     if w.arrival == "trace":
         for name, on in (("system_prompt.count", sp.count), ("multi_turn.enabled", mt.enabled)):
             if on:

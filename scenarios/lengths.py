@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scenarios.config import random_length_bounds
+from scenarios.bench_datasets import random_length_bounds
 from scenarios.errors import WorkloadError
 from scenarios.input_file import read_input_file
 from scenarios.trace_formats import csv_header, read_csv_columns

@@ -71,7 +71,7 @@ from scenarios.lengths import (
 )
 from scenarios.prefixes import add_shared_prefix, add_system_prompts
 from scenarios.sessions import session_rows
-from scenarios.sharegpt_lengths import sharegpt_lengths
+from scenarios.sharegpt_dataset import sharegpt_lengths
 from scenarios.traces import MAX_TIME_S, read_trace, window_trace
 
 COLUMNS = ("arrival_time_s", "input_tokens", "output_tokens", "client", "think_time_s")

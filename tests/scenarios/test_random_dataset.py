@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_module
 import conf.schema  # noqa: F401  (registers the config schemas)
 from analysis.steady import Load, _offered_rate
 from scenarios import WorkloadError, requests_for_seed
-from scenarios.config import RandomDatasetConfig, random_length_bounds
+from scenarios.bench_datasets import RandomDatasetConfig, random_length_bounds
 from sim import simulate
 
 

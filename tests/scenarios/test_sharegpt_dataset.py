@@ -9,8 +9,8 @@ from hydra import compose, initialize_config_module
 
 import conf.schema  # noqa: F401  (registers the config schemas)
 from scenarios import WorkloadError, requests_for_seed
-from scenarios.config import RandomDatasetConfig
-from scenarios.sharegpt_lengths import client_filter, reachable, sharegpt_lengths
+from scenarios.bench_datasets import RandomDatasetConfig
+from scenarios.sharegpt_dataset import client_filter, reachable, sharegpt_lengths
 from sim import simulate
 
 
