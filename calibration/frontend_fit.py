@@ -92,18 +92,24 @@ def residuals(table: pd.DataFrame) -> np.ndarray:
 def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
                  held_out_fraction: float = 0.3, seed: int = 0, max_evals: int = 40,
                  n_jobs: int = 2, log=print, held_out_runs: set[str] | None = None,
-                 host_ms: float | None = None, compute_scale: float | None = None) -> dict:
+                 host_ms: float | None = None, compute_scale: float | None = None,
+                 held_out: list[str] | None = None, admission: str = "fifo") -> dict:
     """Fit ``backend``'s frontend on its simulatable runs of the models not held out (or,
     with ``held_out_runs``, on the runs not named there); the fitted costs, the split, and
     the per-run tables before (every cost 0, the calibrated host and compute speed) and
-    after. ``host_ms``: also fit the per-step host overhead (``cost_model.host_overhead_ms``),
-    from that value; ``compute_scale``: also fit the compute speed, from that value, within
+    after. The held-out models are ``held_out`` where given (a split kept from an earlier
+    fit), else drawn (``held_out_fraction``, ``seed``). ``admission``: the frontend's
+    discipline the costs are fitted under (``sim.engine.frontend``). ``host_ms``: also fit
+    the per-step host overhead (``cost_model.host_overhead_ms``), from that value;
+    ``compute_scale``: also fit the compute speed, from that value, within
     ``SCALE_BOUNDS``."""
     plans = {r.id: plan_run(r, hardware) for r in runs if r.backend == backend}
     mine = [r for r in runs if r.id in plans and not plans[r.id]["reason"]]
     models = {r.id: plans[r.id]["model"] for r in mine}
+    more = (f"backend.frontend.admission={admission}",)
     if held_out_runs is None:
-        held = held_out_models(list(models.values()), held_out_fraction, seed)
+        held = (sorted(held_out) if held_out is not None else
+                held_out_models(list(models.values()), held_out_fraction, seed))
         is_held = {r.id: models[r.id] in held for r in mine}
     else:
         held = []
@@ -126,7 +132,7 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
         if len(evals) >= max_evals:  # the budget of simulations (Jacobian columns included)
             raise _OutOfTrials
         res = residuals(simulate_runs(train, backend, dict(zip(keys, x, strict=True)),
-                                      hardware, n_jobs))
+                                      hardware, n_jobs, more))
         cost = float(np.sum(soft_l1(res)))
         evals.append(float(np.median(np.abs(res))))
         if not best or cost < best["cost"]:
@@ -145,11 +151,12 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
               for k, v in zip(keys, np.clip(best["x"], lower, upper), strict=True)}
     zero = {k: 0.0 for k in FRONTEND_KEYS} | (
         {} if host_ms is None else {"host_overhead_ms": host_ms})
-    before = simulate_runs(mine, backend, zero, hardware, n_jobs)
-    after = simulate_runs(mine, backend, fitted, hardware, n_jobs)
+    before = simulate_runs(mine, backend, zero, hardware, n_jobs, more)
+    after = simulate_runs(mine, backend, fitted, hardware, n_jobs, more)
     for t in (before, after):
         t["split"] = np.where(t["id"].map(is_held), "held_out", "train")
     return {"backend": backend, "costs": {k: fitted[k] for k in FRONTEND_KEYS},
+            "admission": admission,
             "host_overhead_ms": fitted.get("host_overhead_ms"),
             "compute_scale": fitted.get("compute_scale"),
             "held_out_models": held, "train_models": sorted(set(models.values()) - set(held)),
@@ -169,17 +176,21 @@ def split_errors(after: pd.DataFrame) -> dict:
     return errors
 
 
-def frontend_block(fit: dict, data: str, fraction: float, seed: int) -> dict:
-    """The calibrated file's ``frontend:`` block of a fit, with its held-out errors."""
+def frontend_block(fit: dict, data: str, fraction: float, seed: int,
+                   split: str | None = None) -> dict:
+    """The calibrated file's ``frontend:`` block of a fit, with its held-out errors;
+    ``split``: how its held-out models were chosen (default: drawn with ``fraction``,
+    ``seed``)."""
     errors = split_errors(fit["after"])
     joint = ("" if fit.get("compute_scale") is None else
              f", jointly with the compute scale ({fit['compute_scale']}: the compute: block)")
-    return {**fit["costs"], "fitted": True, "fitted_on": date.today().isoformat(),
+    return {**fit["costs"], "admission": fit.get("admission", "fifo"), "fitted": True,
+            "fitted_on": date.today().isoformat(),
             "method": "scipy least_squares (soft-L1) on log(pred/meas) of mean and median "
                       "TTFT, request throughput, mean TPOT and mean ITL, every run replayed "
                       f"in full{joint}",
             "data": data,
-            "split": f"{round(fraction * 100)}% of the backend's models held out "
-                     f"(whole models), seed {seed}",
+            "split": split or (f"{round(fraction * 100)}% of the backend's models held out "
+                               f"(whole models), seed {seed}"),
             "held_out_models": fit["held_out_models"], "train_models": fit["train_models"],
             "errors": errors}

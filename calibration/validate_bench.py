@@ -38,11 +38,16 @@ from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
 
 
-def held_out_of(hardware: str, backend: str) -> list[str]:
-    """The models the backend's calibrated ``frontend:`` block held out of its fit."""
+def calibrated_frontend(hardware: str, backend: str) -> dict:
+    """The backend's calibrated ``frontend:`` block ({} where there is none)."""
     path = calibration_file(hardware, backend)
     doc = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    return list((doc.get("frontend") or {}).get("held_out_models") or [])
+    return doc.get("frontend") or {}
+
+
+def held_out_of(hardware: str, backend: str) -> list[str]:
+    """The models the backend's calibrated ``frontend:`` block held out of its fit."""
+    return list(calibrated_frontend(hardware, backend).get("held_out_models") or [])
 
 
 def fit_compute(runs, backend: str, cfg, joint: dict | None = None) -> dict:
@@ -87,11 +92,17 @@ def run(cfg, outdir: Path) -> dict:
         doc["frontend_fit"] = {}
         for b in backends:
             print(f"fitting the {b} frontend ...", flush=True)
+            # the calibrated block's split and discipline are kept, so that a refit's
+            # held-out models stay unseen (a split drawn afresh moves as models are added)
+            shipped = calibrated_frontend(cfg.hardware, b)
+            held = shipped.get("held_out_models")
             fit = fronts[b] = frontend_fit.fit_frontend(
                 runs, b, cfg.hardware, cfg.held_out_fraction, cfg.seed, cfg.max_evals,
-                cfg.n_jobs, compute_scale=1.0 if cfg.fit_compute else None)
-            block = frontend_fit.frontend_block(fit, Path(cfg.gpustack_csv).name,
-                                                cfg.held_out_fraction, cfg.seed)
+                cfg.n_jobs, compute_scale=1.0 if cfg.fit_compute else None,
+                held_out=held, admission=shipped.get("admission", "fifo"))
+            block = frontend_fit.frontend_block(
+                fit, Path(cfg.gpustack_csv).name, cfg.held_out_fraction, cfg.seed,
+                split=None if held is None else shipped.get("split"))
             doc["frontend_fit"][b] = {k: v for k, v in block.items()}
             print(format_split_tables({"before (no frontend)": fit["before"],
                                        "after": fit["after"]}, f"the {b} frontend fit"))

@@ -82,7 +82,9 @@ def build_frontend_costs(cfg) -> FrontendCosts:
     for key in FRONTEND_KEYS:
         value = getattr(given, key, None)
         values[key] = float(calibrated.get(key, 0.0) if value is None else value)
-    return FrontendCosts.from_units(**values)
+    admission = getattr(given, "admission", None)
+    admission = calibrated.get("admission", "fifo") if admission is None else admission
+    return FrontendCosts.from_units(**values, admission=admission)
 
 
 def host_costs(c, calibrated: dict) -> HostCosts:

@@ -111,12 +111,16 @@ class CompiledPool:
         # (a request is in it once at most: n + id is its entry through its replica's
         # frontend); and the frontends (sim.engine.frontend): per request its admission time and
         # when it reached an engine, per replica when its server is free, and
-        # (per output token, latency, on)
+        # (per output token, latency, on, interleaved); under interleaved admission, per
+        # replica the group arrived at this instant (first, last, admission work summed in
+        # arrival order) and per request the next member of its group
         c = run.cluster
         fe = c.frontend_costs
         front = (c.frontend_service_s, c.engine_arrival if c.engine_arrival is not None
                  else np.zeros(t.size), np.zeros(R),
-                 np.array([fe.per_output_token_s, fe.latency_s, float(not fe.is_wire)]))
+                 np.array([fe.per_output_token_s, fe.latency_s, float(not fe.is_wire),
+                           float(fe.interleaved)]),
+                 np.full((R, 2), -1, np.int64), np.zeros(R), np.full(t.size, -1, np.int64))
         self.clients = (arr.next_of.astype(np.int64), np.asarray(arr.think, np.float64),
                         (np.zeros(t.size), np.zeros(t.size, np.int64),
                          np.zeros(t.size, np.int64)), front)
@@ -140,7 +144,7 @@ class CompiledPool:
         waiting = (np.zeros(t.size, np.int64), np.full(keyed, -1, np.int64), np.zeros(keyed),
                    np.zeros(keyed), base)
         self.pool = (rs, rf, ids(), ids(), ids(), ids(), waiting,
-                     np.zeros(R + t.size + 1, np.int64),
+                     np.zeros(2 * R + t.size + 1, np.int64),
                      (np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64)))
         self.state = np.zeros(K.NUM_STATE, np.int64)
         self.state[K.PENDING] = -1

@@ -110,8 +110,9 @@ def _heap_pop(heap, st):
 @njit(cache=True)
 def _now_queue(instant, st, item):
     """Append ``item`` to the queue of what happens later at this instant: a replica ``r``
-    that woke (``r``) or a client's follow-up ``rid`` due now (``R + rid``), in the order the
-    SimPy engine's zero-delay events would run (the order they were created)."""
+    that woke (``r``), a client's follow-up ``rid`` due now (``R + rid``) or replica ``r``'s
+    frontend admitting this instant's group (``R + n + r``), in the order the SimPy engine's
+    zero-delay events would run (the order they were created)."""
     instant[(st[QHEAD] + st[QCOUNT]) % len(instant)] = item
     st[QCOUNT] += 1
 
@@ -172,7 +173,17 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
     r = _route(rs, st, router)
     rs[r, S.OUT] += 1
     t[12][rid] = r
-    service, engine_arrival, free, fe = clients[3]
+    service, engine_arrival, free, fe, group, work, member_next = clients[3]
+    if fe[2] and fe[3]:  # joins this instant's group (``FrontendServer.join``)
+        if group[r, 0] < 0:  # it opens the group, admitted after this instant's arrivals
+            group[r, 0] = rid
+            _now_queue(instant, st, rs.shape[0] + len(t[0]) + r)
+        else:
+            member_next[group[r, 1]] = rid
+        group[r, 1] = rid
+        member_next[rid] = -1
+        work[r] += service[rid]
+        return
     if fe[2]:  # through replica r's frontend (``FrontendServer.admit``)
         done = max(now, free[r]) + service[rid]
         free[r] = done
@@ -182,6 +193,27 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
             _heap_push(clients[2], st, now + (at - now), len(t[0]) + rid)
             return
     _enter(rid, r, pool, st, t, cfg)
+
+
+@njit(cache=True)
+def _admit_group(r, now, t, clients, pool, st, cfg):
+    """Replica ``r``'s frontend admits the group that arrived at ``now``: all of it reaches
+    the engine once the server has done the group's admission work
+    (``Replica._admit_group``, ``FrontendServer.admit_group``)."""
+    service, engine_arrival, free, fe, group, work, member_next = clients[3]
+    done = max(now, free[r]) + work[r]
+    free[r] = done
+    at = done + fe[1]
+    rid = group[r, 0]
+    group[r, 0], group[r, 1], work[r] = -1, -1, 0.0
+    n = len(t[0])
+    while rid >= 0:
+        engine_arrival[rid] = at
+        if at != now:
+            _heap_push(clients[2], st, now + (at - now), n + rid)
+        else:
+            _enter(rid, r, pool, st, t, cfg)
+        rid = member_next[rid]
 
 
 @njit(cache=True)
@@ -293,8 +325,10 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             st[QCOUNT] -= 1
             if item < R:
                 _start(item, now, t, pool, st, cfg, want, need)
-            else:
+            elif item < R + n:
                 _arrive(item - R, now, t, refusal, clients, router, pool, st, cfg)
+            else:  # a frontend's group of this instant's arrivals
+                _admit_group(item - R - n, now, t, clients, pool, st, cfg)
             continue
         if kind < 0:
             return DONE if st[ENDED] == n else STALLED

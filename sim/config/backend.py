@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from sim.errors import ConfigError
 
 BACKENDS = ("vllm", "sglang", "trtllm")
+ADMISSIONS = ("fifo", "interleaved")  # the API server's admission disciplines (sim.engine.frontend)
 
 
 @dataclass
@@ -24,6 +25,9 @@ class FrontendConfig:
     per_prompt_token_us: float | None = None  # tokenization, per prompt token
     per_output_token_us: float | None = None  # detokenize and stream, per streamed token
     latency_ms: float | None = None  # the request path's fixed delay (no server time)
+    # fifo: one request after another; interleaved: one instant's arrivals admitted together,
+    # as an asyncio API server does (sim.engine.frontend); null: the calibrated file's
+    admission: str | None = None
 
 
 @dataclass
@@ -60,6 +64,10 @@ def check_backend(b: BackendConfig) -> None:
         value = getattr(frontend, key, None)
         if value is not None and not (value >= 0 and value < float("inf")):
             raise ConfigError(f"backend.frontend.{key}", value, "a finite number >= 0 or null")
+    admission = getattr(frontend, "admission", None)
+    if admission is not None and admission not in ADMISSIONS:
+        raise ConfigError("backend.frontend.admission", admission,
+                          f"null (the calibrated file's) or one of {list(ADMISSIONS)}")
 
 
 # (group, schema name, dataclass) registered with Hydra by ``conf.schema``

@@ -13,8 +13,26 @@ another:
   detokenizer and the tokenizer manager's streaming): a part per streamed token.
 
 One process does both (``vllm serve`` starts one API server by default, ``--api-server-count
-1``), so it is one FIFO server: a burst of 1,000 requests queues there before the engine sees
-them, and while it streams 1,000 running requests' tokens it admits new ones more slowly. Its
+1``), so it is one server: a burst of 1,000 requests queues there before the engine sees
+them, and while it streams 1,000 running requests' tokens it admits new ones more slowly.
+
+How a burst passes it is the ``admission`` discipline:
+
+- ``fifo``: one request's admission after another; the first of a burst reaches the engine
+  after one admission time, the last after all of them.
+- ``interleaved``: the requests that reach the server at one instant are admitted together and
+  reach the engine together, when the server has done all of their admission work. This is
+  what an asyncio API server does: a request's admission is a coroutine that awaits several
+  times (vLLM's ``OpenAIServingCompletion.create_completion`` awaits the request's
+  tokenization in ``AsyncMicrobatchTokenizer``, then ``AsyncLLM.add_request`` and the send
+  to the engine-core process; SGLang's ``TokenizerManager.generate_request`` awaits
+  ``_tokenize_one_request`` before ``_send_one_request``), and the event loop resumes ready
+  coroutines in the order they became ready, so each of a burst's requests takes its next
+  turn only after every other request has taken its current one. None reaches the engine
+  until nearly all of them have been tokenized, and the engine then sees the whole burst at
+  once: it fills its first steps with full token budgets instead of a trickle of
+  admissions. Requests that arrive at different instants are admitted one group after
+  another. Its
 time adds to TTFT, ITL and end-to-end latency without taking engine time (the engine core runs
 in its own process). ``latency_ms`` is the request path's fixed delay that occupies no server
 (the hops between the HTTP layer, the API server and the engine core).
@@ -44,6 +62,8 @@ class FrontendCosts:
     per_prompt_token_s: float = 0.0
     per_output_token_s: float = 0.0
     latency_s: float = 0.0
+    # the requests that arrive at one instant are admitted together (module docstring)
+    interleaved: bool = False
 
     @property
     def is_wire(self) -> bool:
@@ -51,19 +71,25 @@ class FrontendCosts:
         return not (self.per_request_s or self.per_prompt_token_s or self.per_output_token_s
                     or self.latency_s)
 
-    def as_dict(self) -> dict[str, float]:
-        """The costs in the units of the config and the calibrated file."""
+    def as_dict(self) -> dict[str, float | str]:
+        """The costs in the units of the config and the calibrated file, and the admission
+        discipline."""
         return {"per_request_ms": self.per_request_s * 1e3,
                 "per_prompt_token_us": self.per_prompt_token_s * 1e6,
                 "per_output_token_us": self.per_output_token_s * 1e6,
-                "latency_ms": self.latency_s * 1e3}
+                "latency_ms": self.latency_s * 1e3,
+                "admission": "interleaved" if self.interleaved else "fifo"}
 
     @classmethod
     def from_units(cls, per_request_ms: float = 0.0, per_prompt_token_us: float = 0.0,
-                   per_output_token_us: float = 0.0, latency_ms: float = 0.0) -> FrontendCosts:
-        """From the config's units (ms, µs per prompt token, µs per output token, ms)."""
+                   per_output_token_us: float = 0.0, latency_ms: float = 0.0,
+                   admission: str = "fifo") -> FrontendCosts:
+        """From the config's units (ms, µs per prompt token, µs per output token, ms) and
+        admission discipline (``fifo`` or ``interleaved``)."""
+        if admission not in ("fifo", "interleaved"):
+            raise ValueError(f"frontend admission {admission!r}: fifo or interleaved")
         return cls(per_request_ms * 1e-3, per_prompt_token_us * 1e-6,
-                   per_output_token_us * 1e-6, latency_ms * 1e-3)
+                   per_output_token_us * 1e-6, latency_ms * 1e-3, admission == "interleaved")
 
     def service_times(self, prompt_tokens: np.ndarray) -> np.ndarray:
         """The API server's time to take in each request (s)."""
@@ -72,7 +98,8 @@ class FrontendCosts:
 
 
 class FrontendServer:
-    """One replica's API server: a FIFO of admissions and step outputs, in time order."""
+    """One replica's API server: its admissions (one by one, or one instant's arrivals
+    together) and step outputs, in time order."""
 
     def __init__(self, costs: FrontendCosts, service_s: np.ndarray,
                  engine_arrival: np.ndarray) -> None:
@@ -80,14 +107,39 @@ class FrontendServer:
         ``engine_arrival``: the run's column of when requests reach an engine (filled here)."""
         self.costs, self.service_s, self.engine_arrival = costs, service_s, engine_arrival
         self.free_at = 0.0  # when the server finishes what it has been given so far
+        self.group: list[int] = []  # interleaved: this instant's arrivals, not yet admitted
+        self.group_work = 0.0  # their admission times, summed in arrival order
 
     def admit(self, rid: int, now: float) -> float:
-        """Request ``rid`` is sent at ``now``: when it reaches the engine."""
+        """Request ``rid`` is sent at ``now`` (``fifo``): when it reaches the engine."""
         done = max(now, self.free_at) + self.service_s[rid]
         self.free_at = done
         at = done + self.costs.latency_s
         self.engine_arrival[rid] = at
         return at
+
+    def join(self, rid: int) -> bool:
+        """Request ``rid`` is sent now (``interleaved``): it joins this instant's group;
+        whether it opened the group (then the caller closes it once this instant's other
+        arrivals have joined: ``admit_group``)."""
+        self.group.append(rid)
+        self.group_work += self.service_s[rid]
+        return len(self.group) == 1
+
+    def drop_group(self) -> None:
+        """Forget the group not yet admitted (its replica failed: the requests go elsewhere)."""
+        self.group, self.group_work = [], 0.0
+
+    def admit_group(self, now: float) -> tuple[list[int], float]:
+        """Admit the group that arrived at ``now``: its requests, in arrival order, and when
+        all of them reach the engine."""
+        members, work = self.group, self.group_work
+        self.group, self.group_work = [], 0.0
+        done = max(now, self.free_at) + work
+        self.free_at = done
+        at = done + self.costs.latency_s
+        self.engine_arrival[members] = at
+        return members, at
 
     def stream(self, now: float, tokens: int) -> float:
         """A step ending at ``now`` sampled ``tokens`` tokens: when the clients see them."""

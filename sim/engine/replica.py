@@ -91,12 +91,27 @@ class Replica:
             self.accept(rid)
             return
         now = self.env.now
+        if self.frontend.costs.interleaved:
+            self.in_frontend.add(rid)
+            if self.frontend.join(rid):  # admitted with this instant's other arrivals
+                self.env.timeout(0).callbacks.append(self._admit_group)
+            return
         at = self.frontend.admit(rid, now)
         if at == now:
             self.accept(rid)
             return
         self.in_frontend.add(rid)
         self.env.timeout(at - now).callbacks.append(lambda _e, r=rid: self._through(r))
+
+    def _admit_group(self, _event) -> None:
+        """This instant's arrivals have joined: they reach the engine together."""
+        now = self.env.now
+        members, at = self.frontend.admit_group(now)
+        for rid in members:
+            if at == now:
+                self._through(rid)
+            else:
+                self.env.timeout(at - now).callbacks.append(lambda _e, r=rid: self._through(r))
 
     def _through(self, rid: int) -> None:
         if rid in self.in_frontend:  # (not taken back by a failure meanwhile)
@@ -107,6 +122,8 @@ class Replica:
         """The requests still in the frontend, which will not reach this engine (a failure)."""
         ids = np.array(sorted(self.in_frontend), np.int64)
         self.in_frontend.clear()
+        if self.frontend is not None:
+            self.frontend.drop_group()
         return ids
 
     def accept(self, rid: int) -> None:

@@ -178,7 +178,7 @@ def test_from_bench_recovers_a_known_frontend(tmp_path, capsys):
                                    20, true)
     out = tmp_path / "mine.yaml"
     assert from_bench([f"results=[{','.join(map(str, paths))}]", "model=llama3_8b",
-                       "max_evals=12", "n_jobs=1", f"out={out}",
+                       "max_evals=20", "n_jobs=1", f"out={out}",
                        f"hydra.run.dir={tmp_path / 'run'}"]) == 0
     text = capsys.readouterr().out
     assert "held_out runs, after the fit" in text

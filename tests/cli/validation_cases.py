@@ -144,6 +144,8 @@ CASES: dict[str, Case] = {
                                   expect=("cost_model.calibration='nowhere.yaml'",)),
     "frontend_negative": C("backend.frontend.per_request_ms=-1",
                            expect=("backend.frontend.per_request_ms=-1",)),
+    "frontend_admission": C("backend.frontend.admission=lifo",
+                            expect=("backend.frontend.admission='lifo'",)),
     "eager_launch_negative": C("backend.eager_launch_us=-1",
                                expect=("backend.eager_launch_us=-1",)),
     "cuda_graph_max_bs_zero": C("backend.cuda_graph_max_bs=0",

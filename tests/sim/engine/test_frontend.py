@@ -1,5 +1,6 @@
-"""The API server in front of each replica (``sim.engine.frontend``): a FIFO of admissions and
-streamed steps whose time adds to what clients see, not to engine time."""
+"""The API server in front of each replica (``sim.engine.frontend``): admissions (one by one, or
+one instant's arrivals together) and streamed steps whose time adds to what clients see, not to
+engine time."""
 
 from __future__ import annotations
 
@@ -59,17 +60,29 @@ def test_frontend_costs_come_from_the_config_or_the_calibrated_file(compose_cfg)
     assert costs.per_request_s == pytest.approx(0.004)
     constant = build_frontend_costs(compose_cfg("cost_model=constant"))
     assert constant.is_wire  # queueing-theory runs: only what the config sets
+    assert not constant.interleaved
+    assert costs.interleaved  # the calibrated file's admission
+    assert not build_frontend_costs(compose_cfg("backend.frontend.admission=fifo")).interleaved
 
 
-def test_replica_failures_keep_every_request_through_the_frontend(compose_cfg, requests_for):
-    """Requests still in a failed replica's frontend go back to the router: every request
-    ends completed, rejected or failed, and the invariants hold after every step."""
-    cfg = compose_cfg("workload.num_requests=300", "workload.rate=20", "cluster.replicas=3",
-                      "cluster.failure.mtbf_s=4", "cluster.failure.mttr_s=1",
-                      "backend.frontend.per_request_ms=20", "check_invariants=true")
+@pytest.mark.parametrize("admission", ["fifo", "interleaved"])
+@pytest.mark.parametrize("rate", ["20", "inf"])
+def test_replica_failures_keep_every_request_through_the_frontend(compose_cfg, requests_for,
+                                                                   admission, rate):
+    """Requests still in a failed replica's frontend (one by one, or a burst's group not yet
+    admitted) go back to the router: every request ends completed, rejected or failed, the
+    invariants hold after every step, and no request reaches an engine after it ended."""
+    cfg = compose_cfg("workload.num_requests=300", f"workload.rate={rate}",
+                      "cluster.replicas=3", "cluster.failure.mtbf_s=4",
+                      "cluster.failure.mttr_s=1", "backend.frontend.per_request_ms=20",
+                      f"backend.frontend.admission={admission}", "check_invariants=true")
     r = simulate(cfg, requests_for(cfg, 0)).requests
     assert r["status"].isin(["completed", "rejected", "failed"]).all()
     assert r["num_retries"].sum() > 0
+    done = r[r["status"] == "completed"]
+    assert (done["engine_arrival_s"] < done["completion_s"]).all()
+    once = done[done["num_retries"] == 0]
+    assert (once["engine_arrival_s"] <= once["first_scheduled_s"] + 1e-12).all()
 
 
 @pytest.mark.parametrize("key", ["per_request_ms", "per_prompt_token_us",
@@ -93,3 +106,54 @@ def test_disaggregated_requests_pass_one_frontend(compose_cfg, requests_for):
     assert first["engine_arrival_s"] == pytest.approx(first["arrival_s"] + 0.05)
     # one admission of 50 ms before the prefill, none after the transfer
     assert (r["first_token_s"] - r["kv_transfer_end_s"]).max() < 0.05
+
+
+def test_interleaved_admission_takes_one_instants_arrivals_together():
+    """Three requests at once, behind 2 ms of streaming: all three reach the engine when the
+    server has done the three admissions; a later one is admitted after them."""
+    costs = FrontendCosts.from_units(per_request_ms=1, per_prompt_token_us=100,
+                                     per_output_token_us=100, latency_ms=3,
+                                     admission="interleaved")
+    arrival = np.zeros(4)
+    server = FrontendServer(costs, costs.service_times(np.array([10, 20, 30, 10])), arrival)
+    assert server.stream(1.0, 20) == pytest.approx(1.002)
+    assert [server.join(r) for r in (0, 1, 2)] == [True, False, False]
+    members, at = server.admit_group(1.0)
+    assert members == [0, 1, 2]
+    assert at == pytest.approx(1.002 + 3e-3 + 6e-3 + 3e-3)  # 3 x 1 ms + 60 x 0.1 ms + 3 ms
+    assert arrival[:3] == pytest.approx([at] * 3)
+    assert server.join(3)  # a new instant's group
+    assert server.admit_group(1.0105)[1] == pytest.approx(1.011 + 2e-3 + 3e-3)
+
+
+def test_a_burst_reaches_the_engine_together_when_admission_is_interleaved(compose_cfg):
+    """100 requests at t=0, 2 ms each: FIFO hands the first to the engine after 2 ms and the
+    last after 200 ms; interleaved hands all of them over at 200 ms."""
+    req = pd.DataFrame({"arrival_time_s": np.zeros(100), "input_tokens": 50,
+                        "output_tokens": 2, "client": -1, "think_time_s": 0.0})
+    at = {}
+    for admission in ("fifo", "interleaved"):
+        cfg = compose_cfg("cost_model=constant", "cost_model.step_time_ms=1",
+                          "backend.frontend.per_request_ms=2",
+                          f"backend.frontend.admission={admission}")
+        at[admission] = np.sort(simulate(cfg, req).requests["engine_arrival_s"].to_numpy())
+    assert at["fifo"] == pytest.approx(0.002 * np.arange(1, 101))
+    assert at["interleaved"] == pytest.approx(np.full(100, 0.2))
+
+
+def test_interleaved_admission_of_poisson_arrivals_is_fifo(compose_cfg, requests_for):
+    """Requests that arrive one at a time are groups of one: the same M/D/1 queue."""
+    runs = {}
+    for admission in ("fifo", "interleaved"):
+        cfg = compose_cfg("cost_model=constant", "cost_model.step_time_ms=0.001",
+                          "workload=poisson", "workload.rate=70", "workload.num_requests=3000",
+                          "workload.input_tokens=100", "workload.output_tokens=1", "seed=2",
+                          "backend.frontend.per_request_ms=10",
+                          f"backend.frontend.admission={admission}")
+        runs[admission] = simulate(cfg, requests_for(cfg, 2)).requests["engine_arrival_s"]
+    np.testing.assert_array_equal(runs["fifo"].to_numpy(), runs["interleaved"].to_numpy())
+
+
+def test_an_unknown_admission_is_one_error(compose_cfg):
+    with pytest.raises(ConfigError, match="backend.frontend.admission"):
+        check_config(compose_cfg("backend.frontend.admission=lifo"))

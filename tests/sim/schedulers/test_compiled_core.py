@@ -342,12 +342,15 @@ def test_host_costs_are_the_same_in_both_engines(tiny_config, requests, kv):
     assert (a.timeline["host_s"] > 0.4e-3 + 20e-6).all()
 
 
+@pytest.mark.parametrize("admission", ["fifo", "interleaved"])
 @pytest.mark.parametrize("replicas", [1, 3])
 @pytest.mark.parametrize("case", ["burst", "closed_loop", "streaming_only", "latency_only"])
-def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, replicas):
-    """Each replica's API server (``sim.engine.frontend``): a burst queues there, streaming delays
-    what clients see and the admissions behind it, closed-loop clients send their next
-    request once they saw the end; requests too long to serve are refused before it."""
+def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, replicas,
+                                              admission):
+    """Each replica's API server (``sim.engine.frontend``): a burst queues there (one by one,
+    or one instant's arrivals together), streaming delays what clients see and the admissions
+    behind it, closed-loop clients send their next request once they saw the end; requests
+    too long to serve are refused before it."""
     rng = np.random.default_rng(7)
     cfg = tiny_config("vllm", roofline=True, max_seqs=6, budget=128)
     cfg.cluster = replace(cfg.cluster, replicas=replicas, router="least_outstanding")
@@ -356,7 +359,7 @@ def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, repli
              "closed_loop": {"per_request_ms": 1.0, "per_output_token_us": 500.0},
              "streaming_only": {"per_output_token_us": 800.0},
              "latency_only": {"latency_ms": 4.0}}[case]
-    cfg.backend = replace(cfg.backend, frontend=FrontendConfig(**costs))
+    cfg.backend = replace(cfg.backend, frontend=FrontendConfig(**costs, admission=admission))
     n = 90
     outputs = rng.integers(1, 40, n)
     outputs[rng.random(n) < 0.05] = 1000  # exceeds max_model_len: refused at once
@@ -375,6 +378,13 @@ def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, repli
     if case != "streaming_only":
         assert (waited > 0).all()
     assert (r["first_scheduled_s"] >= r["engine_arrival_s"]).all()
-    if case == "burst" and replicas == 1:  # FIFO behind streaming, never faster than alone
+    if case == "burst" and replicas == 1 and admission == "fifo":
+        # FIFO behind streaming, never faster than alone
         alone = np.cumsum(2e-3 + 15e-6 * r["input_tokens"]) + 1e-3
         assert (r["engine_arrival_s"].to_numpy() >= alone.to_numpy() - 1e-12).all()
+    if case == "burst" and replicas == 1 and admission == "interleaved":
+        # the whole burst, refused requests aside, reaches the engine at once, after all of
+        # its admission work
+        sent = a.requests[a.requests["status"] != "rejected"]
+        work = (2e-3 + 15e-6 * sent["input_tokens"]).sum() + 1e-3
+        assert r["engine_arrival_s"].to_numpy() == pytest.approx(np.full(len(r), work))
