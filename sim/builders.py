@@ -19,6 +19,7 @@ from sim.config import (
     check_parallelism,
     check_scheduler,
 )
+from sim.config.backend import ADMISSIONS
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
 from sim.cost.compute_speed import compute_scale, scaled_compute
 from sim.cost.cuda_graphs import capture_sizes
@@ -83,7 +84,11 @@ def build_frontend_costs(cfg) -> FrontendCosts:
         value = getattr(given, key, None)
         values[key] = float(calibrated.get(key, 0.0) if value is None else value)
     admission = getattr(given, "admission", None)
-    admission = calibrated.get("admission", "fifo") if admission is None else admission
+    if admission is None:
+        admission = calibrated.get("admission", "fifo")
+        if admission not in ADMISSIONS:
+            raise ConfigError("frontend.admission of the calibrated file", admission,
+                              f"one of {list(ADMISSIONS)}")
     return FrontendCosts.from_units(**values, admission=admission)
 
 

@@ -1,8 +1,7 @@
 """The serving frontend: the API server between the clients and one replica's engine.
 
 A request does not reach the engine when the client sends it, and a token does not reach the
-client when the engine samples it. Both pass the replica's API server process, one job after
-another:
+client when the engine samples it. Both pass the replica's API server process:
 
 - on the way in, HTTP handling and tokenization (vLLM: the API server's serving layer and
   ``AsyncLLM.add_request`` → ``Processor.process_inputs``, before the request is sent to the
@@ -14,28 +13,28 @@ another:
 
 One process does both (``vllm serve`` starts one API server by default, ``--api-server-count
 1``), so it is one server: a burst of 1,000 requests queues there before the engine sees
-them, and while it streams 1,000 running requests' tokens it admits new ones more slowly.
-
-How a burst passes it is the ``admission`` discipline:
-
-- ``fifo``: one request's admission after another; the first of a burst reaches the engine
-  after one admission time, the last after all of them.
-- ``interleaved``: the requests that reach the server at one instant are admitted together and
-  reach the engine together, when the server has done all of their admission work. This is
-  what an asyncio API server does: a request's admission is a coroutine that awaits several
-  times (vLLM's ``OpenAIServingCompletion.create_completion`` awaits the request's
-  tokenization in ``AsyncMicrobatchTokenizer``, then ``AsyncLLM.add_request`` and the send
-  to the engine-core process; SGLang's ``TokenizerManager.generate_request`` awaits
-  ``_tokenize_one_request`` before ``_send_one_request``), and the event loop resumes ready
-  coroutines in the order they became ready, so each of a burst's requests takes its next
-  turn only after every other request has taken its current one. None reaches the engine
-  until nearly all of them have been tokenized, and the engine then sees the whole burst at
-  once: it fills its first steps with full token budgets instead of a trickle of
-  admissions. Requests that arrive at different instants are admitted one group after
-  another. Its
+them, and while it streams 1,000 running requests' tokens it admits new ones more slowly. Its
 time adds to TTFT, ITL and end-to-end latency without taking engine time (the engine core runs
 in its own process). ``latency_ms`` is the request path's fixed delay that occupies no server
 (the hops between the HTTP layer, the API server and the engine core).
+
+How a burst passes it is the ``admission`` discipline (docs/fidelity.md, "The frontend"):
+
+- ``fifo`` (SGLang): one request's admission after another; the first of a burst reaches the
+  engine after one admission time, the last after all of them. SGLang's
+  ``TokenizerManager.generate_request`` tokenizes and sends to the scheduler without
+  suspending, once the response's task has started.
+- ``interleaved`` (vLLM, TensorRT-LLM): the requests that reach the server at one instant are
+  admitted together and reach the engine together, when the server has done all of their
+  admission work. An asyncio API server does this when a request's admission suspends on its
+  way (vLLM's ``OpenAIServingCompletion.create_completion`` awaits the prompt's rendering
+  and its tokenization in ``AsyncMicrobatchTokenizer``; ``trtllm-serve`` awaits
+  ``asyncio.to_thread(input_processor, …)``): the event loop resumes ready coroutines in the
+  order they became ready, so each of a burst's requests takes its next turn only after every
+  other request has taken its current one. None reaches the engine until nearly all of them
+  have been tokenized, and the engine then sees the whole burst at once: it fills its first
+  steps with full token budgets instead of a trickle of admissions. Requests that arrive at
+  different instants are admitted one group after another (groups of one: as ``fifo``).
 
 Each replica has its own frontend (a deployment of N replicas runs N API servers). The costs
 are per backend, fitted on measured ``vllm bench serve`` runs (the calibrated file's

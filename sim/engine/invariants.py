@@ -22,8 +22,9 @@ a repair; with the flag off nothing here runs. Each check names its invariant:
   tokens known, a completed request generated all its output.
 - ``conservation``: every released request is in exactly one place (a live replica's waiting
   queue or running list, a pool's parked list, a KV transfer or the decode parking of a
-  disaggregated cluster, or ended: completed, rejected or failed), and no request that was
-  not released is anywhere.
+  disaggregated cluster, or ended: completed, rejected or failed), no request that was
+  not released is anywhere, and no scheduler holds a request before it got through its
+  frontend (``engine_arrival``).
 
 After every step the checker looks at what the step touched: the batch, the stepping
 replica's queues and KV cache, and the timestamps and tokens of the batch's requests. The
@@ -239,11 +240,20 @@ class InvariantChecker:
         t = c.table
         count = np.zeros(t.size, np.int64)
         places = []  # (ids, table, status they must have)
+        reached = c.engine_arrival  # when each request got through its frontend (or None)
+        late = c.env.now + 1e-12 * max(1.0, abs(c.env.now))
         for pool in c.pools:
             for rep in pool.replicas:
                 if rep.up:
                     s = rep.scheduler
-                    places += [(_ids(s.waiting), None, None), (_ids(s.running), None, None)]
+                    held = [_ids(s.waiting), _ids(s.running)]
+                    places += [(ids, None, None) for ids in held]
+                    if reached is not None:
+                        early = np.concatenate(held)
+                        early = early[reached[early] > late]
+                        if len(early):
+                            self._raise("conservation", gid, early, "in a scheduler before "
+                                        f"it got through its frontend{self._when}")
                 # routed here, still in its frontend (sim.engine.frontend)
                 places.append((_ids(rep.in_frontend), pool.table, PENDING))
             places.append((np.asarray(pool.parked, np.int64), pool.table, PENDING))

@@ -76,6 +76,9 @@ class Replica:
         self._cut_pending = False
         self.frontend = frontend
         self.in_frontend: set[int] = set()  # routed here, not yet through the frontend
+        # bumped when a failure takes the frontend's requests back: their pending hand-overs
+        # are void (a request sent here again after the repair has a hand-over of its own)
+        self._frontend_epoch = 0
         self.fast_forward = fast_forward and frontend is None
         # one row per step, rows streamed to a file, or running totals (same calls)
         self.steps = steps if steps is not None else (
@@ -91,30 +94,36 @@ class Replica:
             self.accept(rid)
             return
         now = self.env.now
+        epoch = self._frontend_epoch
         if self.frontend.costs.interleaved:
             self.in_frontend.add(rid)
             if self.frontend.join(rid):  # admitted with this instant's other arrivals
-                self.env.timeout(0).callbacks.append(self._admit_group)
+                self.env.timeout(0).callbacks.append(
+                    lambda _e, k=epoch: self._admit_group(k))
             return
         at = self.frontend.admit(rid, now)
         if at == now:
             self.accept(rid)
             return
         self.in_frontend.add(rid)
-        self.env.timeout(at - now).callbacks.append(lambda _e, r=rid: self._through(r))
+        self.env.timeout(at - now).callbacks.append(
+            lambda _e, r=rid, k=epoch: self._through(r, k))
 
-    def _admit_group(self, _event) -> None:
+    def _admit_group(self, epoch: int) -> None:
         """This instant's arrivals have joined: they reach the engine together."""
+        if epoch != self._frontend_epoch:  # a failure took the group back
+            return
         now = self.env.now
         members, at = self.frontend.admit_group(now)
         for rid in members:
             if at == now:
-                self._through(rid)
+                self._through(rid, epoch)
             else:
-                self.env.timeout(at - now).callbacks.append(lambda _e, r=rid: self._through(r))
+                self.env.timeout(at - now).callbacks.append(
+                    lambda _e, r=rid, k=epoch: self._through(r, k))
 
-    def _through(self, rid: int) -> None:
-        if rid in self.in_frontend:  # (not taken back by a failure meanwhile)
+    def _through(self, rid: int, epoch: int) -> None:
+        if epoch == self._frontend_epoch and rid in self.in_frontend:  # (not taken back)
             self.in_frontend.discard(rid)
             self.accept(rid)
 
@@ -122,6 +131,7 @@ class Replica:
         """The requests still in the frontend, which will not reach this engine (a failure)."""
         ids = np.array(sorted(self.in_frontend), np.int64)
         self.in_frontend.clear()
+        self._frontend_epoch += 1
         if self.frontend is not None:
             self.frontend.drop_group()
         return ids

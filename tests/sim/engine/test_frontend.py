@@ -85,6 +85,25 @@ def test_replica_failures_keep_every_request_through_the_frontend(compose_cfg, r
     assert (once["engine_arrival_s"] <= once["first_scheduled_s"] + 1e-12).all()
 
 
+@pytest.mark.parametrize("admission", ["fifo", "interleaved"])
+def test_a_request_taken_back_by_a_failure_is_handed_over_once(compose_cfg, admission):
+    """A replica that fails often while requests sit in its frontend (50 ms of latency): a
+    request taken back and sent to it again after the repair reaches the scheduler through
+    its new admission only, never through the hand-over the failure voided (the invariant
+    checker refuses a request in a scheduler before its engine arrival)."""
+    cfg = compose_cfg("cost_model=constant", "cost_model.step_time_ms=5",
+                      "cluster.failure.mtbf_s=0.2", "cluster.failure.mttr_s=0.01",
+                      "backend.frontend.per_request_ms=1", "backend.frontend.latency_ms=50",
+                      f"backend.frontend.admission={admission}", "check_invariants=true")
+    rng = np.random.default_rng(4)
+    req = pd.DataFrame({"arrival_time_s": np.sort(rng.uniform(0, 2, 200)),
+                        "input_tokens": 50, "output_tokens": 4, "client": -1,
+                        "think_time_s": 0.0})
+    r = simulate(cfg, req).requests
+    assert r["num_retries"].sum() > 0
+    assert r["status"].isin(["completed", "failed"]).all()
+
+
 @pytest.mark.parametrize("key", ["per_request_ms", "per_prompt_token_us",
                                  "per_output_token_us", "latency_ms"])
 def test_a_negative_frontend_cost_is_one_error(compose_cfg, key):

@@ -359,7 +359,10 @@ def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, repli
              "closed_loop": {"per_request_ms": 1.0, "per_output_token_us": 500.0},
              "streaming_only": {"per_output_token_us": 800.0},
              "latency_only": {"latency_ms": 4.0}}[case]
-    cfg.backend = replace(cfg.backend, frontend=FrontendConfig(**costs, admission=admission))
+    zero = dict.fromkeys(("per_request_ms", "per_prompt_token_us", "per_output_token_us",
+                          "latency_ms"), 0.0)  # what a case leaves out costs nothing
+    cfg.backend = replace(cfg.backend, frontend=FrontendConfig(**(zero | costs),
+                                                               admission=admission))
     n = 90
     outputs = rng.integers(1, 40, n)
     outputs[rng.random(n) < 0.05] = 1000  # exceeds max_model_len: refused at once
