@@ -178,7 +178,7 @@ def test_from_bench_recovers_a_known_frontend(tmp_path, capsys):
                                    20, true)
     out = tmp_path / "mine.yaml"
     assert from_bench([f"results=[{','.join(map(str, paths))}]", "model=llama3_8b",
-                       "max_evals=20", "n_jobs=1", f"out={out}",
+                       "max_evals=20", "n_jobs=2", f"out={out}",
                        f"hydra.run.dir={tmp_path / 'run'}"]) == 0
     text = capsys.readouterr().out
     assert "held_out runs, after the fit" in text
@@ -210,7 +210,7 @@ def test_from_bench_recovers_a_known_compute_speed_jointly_with_the_frontend(tmp
          "backend.frontend.per_output_token_us=100"])
     out = tmp_path / "mine.yaml"
     assert from_bench([f"results=[{','.join(map(str, paths))}]", "model=llama3_8b",
-                       "max_evals=40", "n_jobs=1", "fit_compute=true", "held_out_every=4",
+                       "max_evals=40", "n_jobs=2", "fit_compute=true", "held_out_every=4",
                        f"out={out}", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
     assert "held_out runs, after the fit" in capsys.readouterr().out
     doc = yaml.safe_load(out.read_text())
