@@ -21,6 +21,37 @@ BF16 = ("bf16", "bfloat16")
 FP8 = ("fp8", "fp8_block")
 FP4 = ("fp4", "nvfp4", "mxfp4")  # the rows' 4-bit labels
 _CONCURRENCY = r"silicon_concurrency=(\d+)"
+# SemiAnalysis InferenceX exports (``source_file=<date>.csv`` or ``db-dump/...``): their client,
+# a fork of vLLM's ``benchmark_serving.py``, draws every prompt and reply length uniformly from
+# [int(0.8 L), L] (``--random-range-ratio 0.8``: InferenceX ``benchmark-tmpl.yml``
+# ``RANDOM_RANGE_RATIO: 0.8``, ``benchmark_serving.py`` ``sample_uniform``; ``--ignore-eos``
+# holds the reply to its drawn length). The other rows' tools (AIPerf with ``--isl-stddev 0
+# --osl-stddev 0``) send fixed lengths.
+_INFERENCEX = r"^(?:source_file=\d{4}-\d\d-\d\d\.csv|db-dump/)"
+INFERENCEX_RANGE_RATIO = 0.8
+# Rows of aiconfigurator's own gap analysis (``aic-auto-gap-analysis`` in the source) measured
+# deployments that aiconfigurator generated for the row's ``batch_size`` (each such row's
+# concurrency is its batch_size × attention DP), as its generator writes them (ai-dynamo/
+# aiconfigurator v0.2.0 ``cli/backends/trtllm.py``, v0.3.0-v0.4.0
+# ``generator/backends/trtllm.py``, v0.5.0+ ``generator/rule_plugin/{trtllm,vllm}.rule``,
+# ``backend_templates/*/run.sh.j2``):
+# - engine limits: max batch = batch_size; TensorRT-LLM's ``max_num_tokens`` and vLLM's
+#   ``--max-num-batched-tokens`` = batch_size + isl + 1500; TensorRT-LLM's context chunking off
+#   (its templates' default). A step holds the batch's decodes and about one new prompt, not
+#   the engine default's 8,192 tokens of prompts.
+# - the API server is Dynamo's frontend (``python3 -m dynamo.frontend`` in front of the
+#   workers; 20 of these rows name a Dynamo image), a Rust server that tokenizes and streams
+#   on one Tokio worker thread per core: it does not queue a burst or a step's tokens behind
+#   one another as the engines' own single-threaded API servers do (``sim.engine.frontend``).
+#   Its costs are in no data here, so these rows run without a frontend (a wire).
+# The generator wrote TensorRT-LLM deployments from v0.2.0 (2025-09), vLLM and SGLang ones only
+# from v0.5.0 (2025-12); 78 of the 84 SGLang rows ran SGLang 0.5.1.post1 (2025-08), so how the
+# SGLang rows were deployed is not known: they keep the engine's defaults and API server.
+_GAP_ANALYSIS = "aic-auto-gap-analysis"
+GENERATOR_SPARE_TOKENS = 1500
+GENERATED_BACKENDS = ("trtllm", "vllm")
+NO_FRONTEND = [f"backend.frontend.{key}=0" for key in
+               ("per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms")]
 
 
 def _norm(hf_id: str) -> str:
@@ -42,6 +73,43 @@ def model_index() -> dict[str, dict]:
                                                  "dtype": doc.get("dtype", "bfloat16"),
                                                  "moe_dtype": doc.get("moe_dtype") or ""})
     return out
+
+
+def range_ratio_of(rows: pd.DataFrame) -> pd.Series:
+    """Each row's client length spread: the shortest length it drew as a fraction of ``isl`` /
+    ``osl`` (``INFERENCEX_RANGE_RATIO`` for InferenceX's rows; 1.0, fixed lengths, else)."""
+    src = rows.get("silicon_data_source", pd.Series("", index=rows.index)).astype(str)
+    return src.str.contains(_INFERENCEX).map({True: INFERENCEX_RANGE_RATIO, False: 1.0})
+
+
+def length_overrides(isl: int, osl: int, ratio: float) -> list[str]:
+    """The workload's prompt and reply lengths: fixed, or uniform on ``[int(ratio·L), L]`` as
+    the InferenceX client draws them (``benchmark_serving.py`` ``sample_uniform``)."""
+    if ratio >= 1.0:
+        return [f"workload.input_tokens={isl}", f"workload.output_tokens={osl}"]
+    out = []
+    for side, n in (("input", isl), ("output", osl)):
+        out += [f"workload.{side}.dist=uniform", f"workload.{side}.low={max(int(n * ratio), 1)}",
+                f"workload.{side}.high={n}"]
+    return out
+
+
+def generated_deployment_overrides(row: dict, backend: str, isl: int, osl: int) -> list[str]:
+    """The deployment aiconfigurator's generator wrote for a gap-analysis row (``_GAP_ANALYSIS``
+    above): its engine limits and Dynamo's frontend. None for other rows, and none where the
+    row's concurrency exceeds its batch size × attention DP (more aggregated workers than the
+    row states: the generator's per-worker limits would queue the extra clients)."""
+    if _GAP_ANALYSIS not in str(row.get("silicon_data_source", "")) or row["mode"] != "agg" \
+            or backend not in GENERATED_BACKENDS:
+        return []
+    batch = _size(row.get("batch_size"))
+    if int(row["concurrency"]) > batch * _size(row.get("attention_dp_size")):
+        return []
+    limits = [f"scheduler.max_num_batched_tokens={batch + isl + GENERATOR_SPARE_TOKENS}"]
+    if backend == "trtllm":
+        # unchunked, every prompt must fit the token budget; the row's longest sequence does
+        limits += ["scheduler.enable_chunked_prefill=false", f"scheduler.max_model_len={isl + osl}"]
+    return [f"scheduler.max_num_seqs={batch}", *limits, *NO_FRONTEND]
 
 
 def concurrency_of(rows: pd.DataFrame) -> pd.Series:
@@ -199,7 +267,7 @@ def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
     ``models``, only rows of those conf models are kept."""
     index = model_index()
     schedulers = {p.stem for p in (Path(conf.__file__).parent / "scheduler").glob("*.yaml")}
-    rows = rows.assign(concurrency=concurrency_of(rows))
+    rows = rows.assign(concurrency=concurrency_of(rows), range_ratio=range_ratio_of(rows))
     plans = []
     for row in rows.to_dict("records"):
         model = index.get(_norm(row["model_path"]))
@@ -221,25 +289,32 @@ def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
         reason = reason or why
         tp, pp, ep, dp = (size.get(k, 1) for k in ("tp", "pp", "ep", "dp"))
         c, isl, osl = int(row["concurrency"]), int(row["isl"]), int(row["osl"])
+        if generated_deployment_overrides(row, backend, isl, osl):
+            notes.append("aiconfigurator's generated deployment: its engine limits, "
+                         "Dynamo's frontend (not modelled)")
+        if row["range_ratio"] < 1.0:
+            notes.append(f"lengths uniform on [{row['range_ratio']:g}·L, L] (InferenceX client)")
         overrides = [] if reason else [
             f"model={model['name']}", f"hardware={hardware}", f"backend={backend}",
             f"scheduler={scheduler}", f"model.dtype={dtype}",
             f"kv_cache.dtype={kv_dtype_of(row, dtype)}",
             *([f"model.moe_dtype='{moe_dtype}'"] if moe_dtype is not None else []),
             *layout, "workload=closed_loop", f"workload.concurrency={c}",
-            f"workload.input_tokens={isl}", f"workload.output_tokens={osl}",
+            *length_overrides(isl, osl, float(row["range_ratio"])),
+            *generated_deployment_overrides(row, backend, isl, osl),
             "workload.think_time_s=0", "slo=none",
             "plots=false", "progress=false"]
         plans.append({
             "id": row["id"], "model_path": row["model_path"], "backend": backend,
             "mode": row["mode"], "model": model["name"] if model else "", "scheduler": scheduler,
             "tp": tp, "pp": pp, "ep": ep, "dp": dp, "dtype": dtype, "isl": isl, "osl": osl,
-            "concurrency": c, "meas_ttft_ms": float(row["silicon_ttft_ms"]),
+            "concurrency": c, "range_ratio": float(row["range_ratio"]),
+            "meas_ttft_ms": float(row["silicon_ttft_ms"]),
             "meas_tpot_ms": float(row["silicon_tpot_ms"]), "note": "; ".join(notes),
             "reason": reason, "overrides": overrides})
     return pd.DataFrame(plans, columns=PLAN_COLUMNS)
 
 
 PLAN_COLUMNS = ["id", "model_path", "backend", "mode", "model", "scheduler", "tp", "pp", "ep",
-                "dp", "dtype", "isl", "osl", "concurrency", "meas_ttft_ms", "meas_tpot_ms",
-                "note", "reason", "overrides"]
+                "dp", "dtype", "isl", "osl", "concurrency", "range_ratio", "meas_ttft_ms",
+                "meas_tpot_ms", "note", "reason", "overrides"]

@@ -33,6 +33,15 @@ harnesses (``harness=``):
 
 Fixed-length clients started together stay in lockstep (a round's prompts are prefilled in the
 same steps), so ``burst`` and ``ramp`` bracket the real phasing; the data does not record it.
+The rows of SemiAnalysis InferenceX's exports (``silicon_data_source`` ``source_file=<date>.csv``
+or ``db-dump/…``) record their client instead: a fork of vLLM's ``benchmark_serving.py`` run
+with ``--random-range-ratio 0.8``, which draws every prompt and reply length uniformly from
+``[int(0.8·L), L]``; those rows are simulated with those lengths
+(``calibration.silicon_rows.range_ratio_of``), and their clients drift apart as real ones do.
+The TensorRT-LLM and vLLM rows of aiconfigurator's own gap analysis run the deployment its
+generator writes for the row's batch size: a token budget of batch + isl + 1500 (about one new
+prompt per step, which spreads the clients after the first round) behind Dynamo's frontend,
+not modelled (``calibration.silicon_rows.generated_deployment_overrides``).
 Measured TTFT/TPOT may be means or medians (the data does not say); we compare the mean.
 
 Printed (``calibration.validate_report``): every row's predicted and measured TTFT and TPOT
@@ -164,13 +173,23 @@ def desynchronise(requests: pd.DataFrame, spread_s: float) -> pd.DataFrame:
     return out
 
 
+def _mean_tokens(w, side: str) -> int:
+    """A planned row's mean prompt (``side="input"``) or reply length: fixed, or the middle of
+    its uniform range (``calibration.silicon_rows.length_overrides``)."""
+    fixed = getattr(w, f"{side}_tokens")
+    if fixed is not None:
+        return int(fixed)
+    length = getattr(w, side)
+    return int(round((length.low + length.high) / 2))
+
+
 def request_latency_estimate(cfg) -> float:
     """Seconds one request of the row takes on its own terms: its prompt's prefill (in chunks
     of the token budget) plus ``osl`` decode steps of all ``concurrency`` sequences at the mean
     context. From the cost model alone; nothing measured enters."""
     cost = sim.builders.build_cost_model(sim.builders.plain(cfg))
     w = cfg.workload
-    isl, osl, c = int(w.input_tokens), int(w.output_tokens), int(w.concurrency)
+    isl, osl, c = _mean_tokens(w, "input"), _mean_tokens(w, "output"), int(w.concurrency)
     budget = int(cfg.scheduler.max_num_batched_tokens)
     prefill, done = 0.0, 0
     while done < isl:

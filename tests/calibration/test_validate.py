@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from calibration.__main__ import main as calibration_main
-from calibration.silicon_rows import concurrency_of, plan_rows
+from calibration.silicon_rows import concurrency_of, plan_rows, range_ratio_of
 
 REPO = Path(__file__).resolve().parents[2]
 SILICON = REPO.parent / "shared" / "data" / "aiconfigurator" / "silicon_sample_h100.csv"
@@ -104,6 +104,76 @@ def test_concurrency_prefers_stated_value():
                          "batch_size": [8.0, 8.0, 16.0],
                          "attention_dp_size": [np.nan, 4.0, np.nan]})
     assert concurrency_of(rows).tolist() == [12, 32, 16]
+
+
+def test_inferencex_rows_draw_their_lengths_as_its_client_does():
+    """InferenceX's exports (``source_file=<date>.csv``, ``db-dump/...``) ran
+    ``--random-range-ratio 0.8``: lengths uniform on [int(0.8 L), L]; other rows fixed."""
+    sources = ["source_file=2026-03-25.csv; model=GPT-OSS-120B; silicon_concurrency=4",
+               "db-dump/2026-04-27; config_id=494; silicon_concurrency=6",
+               "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/vllm/q.csv; "
+               "silicon_concurrency=8", "x"]
+    assert range_ratio_of(pd.DataFrame({"silicon_data_source": sources})).tolist() == \
+        [0.8, 0.8, 1.0, 1.0]
+    ix, fixed = plan_rows(pd.DataFrame([row(id="ix", silicon_data_source=sources[0],
+                                            isl=1000, osl=9),
+                                        row(id="fixed", silicon_data_source=sources[2])]),
+                          "h100_sxm").to_dict("records")
+    assert {"workload.input.dist=uniform", "workload.input.low=800",
+            "workload.input.high=1000", "workload.output.dist=uniform",
+            "workload.output.low=7", "workload.output.high=9"} <= set(ix["overrides"])
+    assert not any(o.startswith("workload.input_tokens") for o in ix["overrides"])
+    assert ix["range_ratio"] == 0.8 and "InferenceX" in ix["note"]
+    assert {"workload.input_tokens=64", "workload.output_tokens=8"} <= set(fixed["overrides"])
+    assert fixed["range_ratio"] == 1.0
+
+
+def test_gap_analysis_rows_run_the_generated_deployment():
+    """aiconfigurator's gap-analysis rows ran what its generator wrote for the row's batch size:
+    budget batch + isl + 1500, TensorRT-LLM unchunked, behind Dynamo's frontend (not modelled:
+    a wire). Not SGLang's (no generator before its version), nor rows with more clients than
+    the batch, nor other sources."""
+    gap = "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/v/q.csv; " \
+          "silicon_concurrency=16"
+    plans = plan_rows(pd.DataFrame([
+        row(id=b, backend=b, silicon_data_source=gap, batch_size=16.0, isl=1000, osl=100)
+        for b in ("vllm", "trtllm", "sglang")] + [
+        row(id="more_clients", silicon_data_source=gap, batch_size=4.0),
+        row(id="other", batch_size=16.0)]), "h100_sxm").set_index("id")
+    wire = {f"backend.frontend.{k}=0" for k in ("per_request_ms", "per_prompt_token_us",
+                                                 "per_output_token_us", "latency_ms")}
+    assert {"scheduler.max_num_seqs=16", "scheduler.max_num_batched_tokens=2516"} | wire <= \
+        set(plans.loc["vllm", "overrides"])
+    assert {"scheduler.max_num_seqs=16", "scheduler.max_num_batched_tokens=2516",
+            "scheduler.enable_chunked_prefill=false", "scheduler.max_model_len=1100"} | wire <= \
+        set(plans.loc["trtllm", "overrides"])
+    assert "generated deployment" in plans.loc["vllm", "note"]
+    for other in ("sglang", "more_clients", "other"):
+        overrides = plans.loc[other, "overrides"]
+        assert not any(o.startswith(("scheduler.", "backend.frontend")) for o in overrides)
+
+
+def test_inferencex_row_simulates_its_drawn_lengths(tmp_path):
+    from hydra import compose
+
+    from calibration.validate import RowSimulator, request_latency_estimate, requests_for_seed
+
+    plan = plan_rows(pd.DataFrame([row(id="ix", isl=1000, osl=20, batch_size=4.0,
+                                       silicon_data_source="source_file=2026-03-25.csv")]),
+                     "h100_sxm").iloc[0].to_dict()
+    with RowSimulator(25, 0, "burst") as simulator:
+        cfg = simulator.compose(plan)
+        requests = requests_for_seed(cfg.workload, cfg.seed)
+        fixed = compose("config", overrides=[*plan["overrides"], "workload.input_tokens=900",
+                                             "workload.output_tokens=18"])
+        # the harnesses' latency estimate takes the middle of the range
+        assert request_latency_estimate(cfg) == pytest.approx(request_latency_estimate(fixed))
+    assert len(requests) == 100
+    for column, low, high in (("input_tokens", 800, 1000), ("output_tokens", 16, 20)):
+        lengths = requests[column].to_numpy()
+        assert lengths.min() >= low and lengths.max() <= high
+        assert len(np.unique(lengths)) > 10 or high - low < 10
+        assert abs(lengths.mean() - (low + high) / 2) < 0.05 * high
 
 
 def test_command_writes_json_and_parquet(tmp_path, capsys):
