@@ -220,6 +220,10 @@ def measure(records, trim: bool) -> dict:
         "pred_tpot_ms": float(steady["tpot_ms"].mean()),
         "pred_ttft_all_ms": float(lat["ttft_ms"].mean()),
         "pred_tpot_all_ms": float(lat["tpot_ms"].mean()),
+        # the rows do not say whether they report means or medians (InferenceX's own summary
+        # reports medians): the medians, for comparison
+        "pred_ttft_median_ms": float(steady["ttft_ms"].median()),
+        "pred_tpot_median_ms": float(steady["tpot_ms"].median()),
         "steady_requests": len(steady),
         "pred_decode_step_ms": float(decode["step_time_s"].median() * 1e3)
         if len(decode) else float("nan"),
@@ -283,8 +287,9 @@ def simulate_plans(plans: pd.DataFrame, simulator: RowSimulator,
         out.append(plan | res | {"note": note})
     table = pd.DataFrame(out)
     for col in ("pred_ttft_ms", "pred_tpot_ms", "pred_ttft_all_ms", "pred_tpot_all_ms",
-                "steady_requests", "pred_decode_step_ms", "pred_decode_batch",
-                "pred_host_share", *host_fit.term_columns()):
+                "pred_ttft_median_ms", "pred_tpot_median_ms", "steady_requests",
+                "pred_decode_step_ms", "pred_decode_batch", "pred_host_share",
+                *host_fit.term_columns()):
         table[col] = table[col].astype(float) if col in table else np.nan
     return table
 
