@@ -13,6 +13,8 @@ job (``DiffusionCostModel.timing``: text encoders, steps, VAE decode):
 - the plan: ``1 GPU``, ``Ulysses-u``, ``Ring-r``, ``Ulysses-u x Ring-r``, ``Ulysses SP=u``;
 - the execution mode: ``(PyTorch eager)`` / ``(torch.compile)`` in the plan's text, else the
   pipeline's own ``model.diffusion.execution``.
+- what the row's reference script set that the CSV has no column for (``SOURCE_SETTINGS``:
+  xDiT's FLUX.1 rows ran 256 text tokens).
 
 Printed: every row's predicted and measured seconds and signed error ``(pred - meas) /
 meas``, the median absolute and signed error per (model, GPU, mode), the 1 -> N speed-up
@@ -50,6 +52,22 @@ from sim.diffusion.plans import parse_plan
 from sim.errors import ConfigError
 
 MODES = {"pytorch eager": "eager", "torch.compile": "compiled"}
+# Settings a row's reference script ran with that the CSV has no column for, by (pattern of
+# the row's ``source``, pipeline): xDiT's FLUX.1 table (``docs/performance/flux.md``, added in
+# 8275240, 2024-11-28) was measured with ``examples/flux_example.py``, which calls the pipeline
+# with ``max_sequence_length=256`` — the T5 tokens the DiT attends to (FluxPipeline's default,
+# the pipeline's own here, is 512); ``text_encoders.1`` is its T5 encoder.
+SOURCE_SETTINGS = (
+    (r"xdit-project/xdit.*docs/performance/flux\.md", "flux1_dev",
+     ("model.diffusion.dit.text_tokens=256", "model.diffusion.text_encoders.1.tokens=256")),
+)
+
+
+def source_overrides(source: str, model: str) -> tuple[str, ...]:
+    """The overrides of ``SOURCE_SETTINGS`` for a row of ``source`` priced as ``model``."""
+    return tuple(o for pattern, pipe, overrides in SOURCE_SETTINGS
+                 if pipe == model and re.search(pattern, str(source), re.IGNORECASE)
+                 for o in overrides)
 CSV_COLUMNS = ("model", "gpu", "num_gpus", "parallel_config", "resolution", "steps", "value")
 
 
@@ -162,7 +180,8 @@ def plan_rows(rows: pd.DataFrame) -> pd.DataFrame:
                     "frames": int(frames) if frames == frames and frames not in ("", None)
                     else 1,
                     "steps": int(r["steps"]) if r["steps"] == r["steps"] else 0,
-                    "meas_s": float(r["value"]), "reason": reason})
+                    "meas_s": float(r["value"]), "reason": reason,
+                    "overrides": source_overrides(r.get("source", ""), model or "")})
     return pd.DataFrame(out)
 
 
@@ -178,7 +197,8 @@ def simulate_rows(table: pd.DataFrame, cfg) -> pd.DataFrame:
                 preds.append(res)
                 continue
             extra = [f"model.diffusion.execution={r.mode}"] if r.mode else []
-            key = (r.model, r.hardware, r.mode)
+            extra += list(r.overrides)
+            key = (r.model, r.hardware, r.mode, r.overrides)
             try:
                 if key not in costs:
                     c = compose("config", overrides=[f"model={r.model}",

@@ -126,6 +126,24 @@ def test_validate_diffusion_on_a_small_csv(tmp_path, capsys):
     assert (tmp_path / "rows.parquet").is_file()
 
 
+def test_xdit_flux_rows_run_their_scripts_256_text_tokens():
+    """xDiT's FLUX.1 table was measured with flux_example.py's max_sequence_length=256: those
+    rows price 256 T5 tokens (encoder and DiT); other sources keep the pipeline's 512."""
+    rows = _rows((1, "1 GPU"))
+    rows["source"] = ["github:xdit-project/xDiT@175e0bf docs/performance/flux.md (table)",
+                      "a diffusers run"]
+    table = plan_rows(rows)
+    assert table.loc[0, "overrides"] == ("model.diffusion.dit.text_tokens=256",
+                                         "model.diffusion.text_encoders.1.tokens=256")
+    assert table.loc[1, "overrides"] == ()
+    assert load_pipeline("flux1_dev").text_encoders[1].name == "t5_xxl"
+    table["mode"] = "compiled"
+    pred = simulate_rows(table, type("C", (), {"backend": "vllm", "overrides": []})())
+    # fewer joint tokens: a shorter job, by about what 4,352 of 4,608 tokens take off
+    ratio = pred.loc[0, "pred_s"] / pred.loc[1, "pred_s"]
+    assert 0.90 < ratio < 0.97
+
+
 def test_validate_diffusion_refuses_a_missing_csv_in_one_line(tmp_path, capsys):
     rc = calibration_main(["validate-diffusion", f"csv={tmp_path / 'x.csv'}",
                            f"hydra.run.dir={tmp_path}"])
