@@ -6,7 +6,7 @@ scheduling and input preparation the GPU does not overlap). In a closed-loop fix
 the schedule does not depend on step durations, so a row's steady-state TTFT and TPOT are
 exactly linear in the four coefficients: ``pred = base + Σ_k coefficient_k · scale_k ·
 terms_k``, the terms being the steps, sequence-steps, new-request-steps and token-steps inside
-the span, read from one simulation (``calibration.validate.host_terms``). The fit is then a
+the span, read from one simulation (``calibration.silicon_replay.host_terms``). The fit is then a
 cheap ``scipy.optimize.least_squares`` on the relative errors of TTFT and TPOT of a backend's
 training rows (soft-L1 loss, so a few rows the model cannot explain do not dominate); whole
 configurations — (model, isl, osl, tp) groups — are held out. The fitted values are then

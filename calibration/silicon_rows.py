@@ -289,7 +289,8 @@ def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
         reason = reason or why
         tp, pp, ep, dp = (size.get(k, 1) for k in ("tp", "pp", "ep", "dp"))
         c, isl, osl = int(row["concurrency"]), int(row["isl"]), int(row["osl"])
-        if generated_deployment_overrides(row, backend, isl, osl):
+        deployment = generated_deployment_overrides(row, backend, isl, osl)
+        if deployment:
             notes.append("aiconfigurator's generated deployment: its engine limits, "
                          "Dynamo's frontend (not modelled)")
         if row["range_ratio"] < 1.0:
@@ -301,7 +302,7 @@ def plan_rows(rows: pd.DataFrame, hardware: str, models: list[str] | None = None
             *([f"model.moe_dtype='{moe_dtype}'"] if moe_dtype is not None else []),
             *layout, "workload=closed_loop", f"workload.concurrency={c}",
             *length_overrides(isl, osl, float(row["range_ratio"])),
-            *generated_deployment_overrides(row, backend, isl, osl),
+            *deployment,
             "workload.think_time_s=0", "slo=none",
             "plots=false", "progress=false"]
         plans.append({

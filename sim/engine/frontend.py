@@ -49,6 +49,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.config.backend import ADMISSIONS
+
 FRONTEND_KEYS = ("per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms")
 
 
@@ -85,8 +87,8 @@ class FrontendCosts:
                    admission: str = "fifo") -> FrontendCosts:
         """From the config's units (ms, µs per prompt token, µs per output token, ms) and
         admission discipline (``fifo`` or ``interleaved``)."""
-        if admission not in ("fifo", "interleaved"):
-            raise ValueError(f"frontend admission {admission!r}: fifo or interleaved")
+        if admission not in ADMISSIONS:
+            raise ValueError(f"frontend admission {admission!r}: one of {list(ADMISSIONS)}")
         return cls(per_request_ms * 1e-3, per_prompt_token_us * 1e-6,
                    per_output_token_us * 1e-6, latency_ms * 1e-3, admission == "interleaved")
 

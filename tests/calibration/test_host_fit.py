@@ -7,8 +7,8 @@ import pandas as pd
 import yaml
 
 from calibration import host_fit
+from calibration.silicon_replay import RowSimulator
 from calibration.silicon_rows import plan_rows
-from calibration.validate import RowSimulator
 
 
 def row(**kw) -> dict:

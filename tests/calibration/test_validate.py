@@ -156,7 +156,11 @@ def test_gap_analysis_rows_run_the_generated_deployment():
 def test_inferencex_row_simulates_its_drawn_lengths(tmp_path):
     from hydra import compose
 
-    from calibration.validate import RowSimulator, request_latency_estimate, requests_for_seed
+    from calibration.silicon_replay import (
+        RowSimulator,
+        request_latency_estimate,
+        requests_for_seed,
+    )
 
     plan = plan_rows(pd.DataFrame([row(id="ix", isl=1000, osl=20, batch_size=4.0,
                                        silicon_data_source="source_file=2026-03-25.csv")]),
@@ -214,7 +218,7 @@ def test_burst_harness_measures_every_request(tmp_path):
 
 
 def test_desynchronise_spreads_second_requests_only():
-    from calibration.validate import desynchronise
+    from calibration.silicon_replay import desynchronise
 
     req = pd.DataFrame({"client": np.arange(12) % 4, "think_time_s": np.full(12, 0.5)})
     out = desynchronise(req, spread_s=2.0)
