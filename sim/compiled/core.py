@@ -23,6 +23,7 @@ from sim.compiled import kernel as K
 from sim.compiled import keyed_queue as Q
 from sim.compiled import step_schedule as S
 from sim.compiled.pricing import Prices, packable
+from sim.config.backend import overlaps
 from sim.engine.replica import TIMELINE_COLUMNS
 from sim.errors import ConfigError
 from sim.schedulers import SCHEDULERS
@@ -135,7 +136,9 @@ class CompiledPool:
         # cached tokens;
         # the waiting queues' links (and keys, under a keyed order: sim.compiled.keyed_queue);
         # what is left to happen at this instant (kernel._now_queue);
-        # the heap of the busy replicas' step ends (time, stamp, replica)
+        # the heap of the busy replicas' step ends (time, stamp, replica); an overlapping
+        # engine's held requests (per request the next one held and when it came, per
+        # replica the first and last, and whether the engine overlaps)
         order = ORDERS[s.waiting_order]
         keyed = t.size if order != Q.FCFS else 0
         base = (np.asarray(t.priority, np.float64) if order == Q.PRIORITY
@@ -145,7 +148,10 @@ class CompiledPool:
                    np.zeros(keyed), base)
         self.pool = (rs, rf, ids(), ids(), ids(), ids(), waiting,
                      np.zeros(2 * R + t.size + 1, np.int64),
-                     (np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64)))
+                     (np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64)),
+                     (np.full(t.size, -1, np.int64), np.zeros(t.size),
+                      np.full((R, 2), -1, np.int64),
+                      np.array([int(overlaps(run.cluster.cfg.backend))], np.int64)))
         self.state = np.zeros(K.NUM_STATE, np.int64)
         self.state[K.PENDING] = -1
         self.clock = np.zeros(1)

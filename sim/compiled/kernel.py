@@ -23,7 +23,9 @@ client's follow-up sent with no think time, are created at the instant: they wai
 of what is left to happen (``_now_queue``) and run in the order they were created, so a woken
 replica's batch holds a follow-up only if it was sent before the replica woke, and a
 follow-up of a request that ended at a step's end misses the batch the replica forms then
-(the client learns of the completion only after the step).
+(the client learns of the completion only after the step). An overlapping engine
+(``backend.overlap_scheduler``) holds a request that reaches it mid-step until the step after
+next, as ``Replica.accept`` does.
 """
 
 from __future__ import annotations
@@ -192,7 +194,7 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
         if at != now:
             _heap_push(clients[2], st, now + (at - now), len(t[0]) + rid)
             return
-    _enter(rid, r, pool, st, t, cfg)
+    _enter(rid, r, now, pool, st, t, cfg)
 
 
 @njit(cache=True)
@@ -212,14 +214,47 @@ def _admit_group(r, now, t, clients, pool, st, cfg):
         if at != now:
             _heap_push(clients[2], st, now + (at - now), n + rid)
         else:
-            _enter(rid, r, pool, st, t, cfg)
+            _enter(rid, r, now, pool, st, t, cfg)
         rid = member_next[rid]
 
 
 @njit(cache=True)
-def _enter(rid, r, pool, st, t, cfg):
-    """``rid`` reaches replica ``r``'s scheduler: queued in its order, waking the replica if
-    idle (``Replica.accept``)."""
+def _enter(rid, r, now, pool, st, t, cfg):
+    """``rid`` reaches replica ``r``'s engine at ``now``: queued in its scheduler's order,
+    waking the replica if idle, or (an overlapping engine in mid-step) held for the step after
+    next (``Replica.accept``)."""
+    rs = pool[0]
+    held_next, held_at, held_ends, overlap = pool[9]
+    if overlap[0] and rs[r, S.PHASE] >= PRICING:
+        held_next[rid], held_at[rid] = -1, now
+        if held_ends[r, 0] < 0:
+            held_ends[r, 0] = rid
+        else:
+            held_next[held_ends[r, 1]] = rid
+        held_ends[r, 1] = rid
+        return
+    _queue(rid, r, pool, st, t, cfg)
+
+
+@njit(cache=True)
+def _release_held(r, before, pool, st, t, cfg):
+    """Requests held for replica ``r`` that reached it before ``before`` join its scheduler
+    (``Replica._release``)."""
+    held_next, held_at, held_ends, _ = pool[9]
+    rid = held_ends[r, 0]
+    while rid >= 0 and held_at[rid] < before:
+        nxt = held_next[rid]
+        _queue(rid, r, pool, st, t, cfg)
+        rid = nxt
+    held_ends[r, 0] = rid
+    if rid < 0:
+        held_ends[r, 1] = -1
+
+
+@njit(cache=True)
+def _queue(rid, r, pool, st, t, cfg):
+    """``rid`` joins replica ``r``'s scheduler: queued in its order, waking the replica if
+    idle."""
     rs, waiting, instant = pool[0], pool[6], pool[7]
     t[6][rid] = S.WAITING
     queue(rs[r], waiting, rid, t[0], cfg)
@@ -239,6 +274,21 @@ def _release_open(t, order, refusal, clients, router, pool, st, cfg):
         st[CURSOR] += 1
         _arrive(rid, now, t, refusal, clients, router, pool, st, cfg)
     st[OPEN_STAMP] = _stamp(st)
+
+
+@njit(cache=True)
+def _start_after_step(r, now, t, pool, st, cfg, want, need):
+    """Replica ``r``'s step ended at ``now``: an overlapping engine first takes the requests
+    held since before that step began, and all of them if it has nothing else to run
+    (``Replica._run``); then it schedules (``_start``)."""
+    held_ends = pool[9][2]
+    if held_ends[r, 0] >= 0:
+        _release_held(r, pool[1][r, 0], pool, st, t, cfg)
+    _start(r, now, t, pool, st, cfg, want, need)
+    if pool[0][r, S.PHASE] == IDLE and held_ends[r, 0] >= 0:
+        pool[0][r, S.PHASE] = WOKEN  # it schedules now, not as an arrival's wake-up would
+        _release_held(r, math.inf, pool, st, t, cfg)
+        _start(r, now, t, pool, st, cfg, want, need)
 
 
 @njit(cache=True)
@@ -262,7 +312,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         max_ended):
     """Advance the pool (module doc); returns a code of ``DONE`` … ``STALLED``."""
     tok, head_tok, head_seq, prm, etas = prices
-    rs, rf, running, bids, bnew, bctx, _, instant, ends = pool
+    rs, rf, running, bids, bnew, bctx, _, instant, ends, _ = pool
     want, need, emit, gaps, x, cost = scratch
     n = len(t[0])
     R = rs.shape[0]
@@ -339,7 +389,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             rid = heap[2][0]
             _heap_pop(heap, st)
             if rid >= n:  # through its replica's frontend
-                _enter(rid - n, t[12][rid - n], pool, st, t, cfg)
+                _enter(rid - n, t[12][rid - n], when, pool, st, t, cfg)
             else:
                 _arrive(rid, when, t, refusal, clients, router, pool, st, cfg)
         else:
@@ -359,4 +409,4 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             rs[r, S.OUT] -= done
             for j in range(done):
                 _ended(emit[j], seen, when, clients, instant, R, st)
-            _start(r, when, t, pool, st, cfg, want, need)  # before anything else happens
+            _start_after_step(r, when, t, pool, st, cfg, want, need)  # before anything else

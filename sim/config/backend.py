@@ -47,6 +47,22 @@ class BackendConfig:
     async_scheduling: bool = False
     # SGLang's --cuda-graph-max-bs; null: its default (sim/cost/cuda_graphs.py)
     cuda_graph_max_bs: int | None = None
+    # TensorRT-LLM's overlap scheduler (not disable_overlap_scheduler): each step is scheduled
+    # while the one before it runs, so a request arriving mid-step joins the step after next
+    # (sim.engine.replica); null: the engine's default (OVERLAP_DEFAULT)
+    overlap_scheduler: bool | None = None
+
+
+# TensorRT-LLM's PyTorch backend runs the overlap scheduler unless disable_overlap_scheduler
+# (llmapi/llm_args.py, default False); SGLang's and vLLM's async scheduling are not modelled
+# as one (docs/fidelity.md)
+OVERLAP_DEFAULT = {"trtllm": True}
+
+
+def overlaps(b: BackendConfig) -> bool:
+    """Whether the engine schedules a step while the one before it runs."""
+    value = getattr(b, "overlap_scheduler", None)
+    return OVERLAP_DEFAULT.get(b.name, False) if value is None else bool(value)
 
 
 def check_backend(b: BackendConfig) -> None:

@@ -43,6 +43,7 @@ from sim.builders import (
     pool_tp_field,
 )
 from sim.config import check_cluster
+from sim.config.backend import overlaps
 from sim.engine.disagg import Disaggregation
 from sim.engine.faults import link_schedule, stragglers
 from sim.engine.frontend import FrontendServer
@@ -184,7 +185,7 @@ class Cluster:
             pool.replicas.append(Replica(
                 self.env, parts.scheduler, parts.cost_model,
                 on_complete=lambda ids, now, p=pool, r=r: p.on_finish(p, r, ids, now),
-                fast_forward=self.fast_forward, gid=first + r,
+                fast_forward=self.fast_forward, gid=first + r, overlap=overlaps(self.cfg.backend),
                 speed=self.speeds.get(first + r), check=self.checker,
                 timeline=self.keep_timeline, frontend=frontend,
                 steps=None if self.timeline_file is None else StreamedSteps(

@@ -5,12 +5,15 @@ A replica can fail (``fail``: the step in progress is lost, the replica sleeps u
 decode window cuts the window at the next step boundary, exactly where step-by-step
 simulation would first see the request. A straggler (``speed``, ``sim.engine.faults``) multiplies
 the time of every step by the factor in force when the step starts; a decode window ends at
-the first step boundary at or after the factor changes. With ``check`` (an
+the first step boundary at or after the factor changes. An engine that schedules each step
+while the one before it runs (``overlap``: TensorRT-LLM's overlap scheduler) holds a request
+that reaches it mid-step until the step after next. With ``check`` (an
 ``sim.engine.invariants.InvariantChecker``) the state is checked after every step and window.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -59,13 +62,16 @@ class Replica:
                  next_arrival: Callable[[], float] = lambda: float("inf"),
                  fast_forward: bool = True, gid: int = 0, speed: SpeedSchedule | None = None,
                  check: InvariantChecker | None = None, timeline: bool = True,
-                 frontend: FrontendServer | None = None, steps=None) -> None:
+                 frontend: FrontendServer | None = None, steps=None,
+                 overlap: bool = False) -> None:
         """``gid``: its run-wide replica id; ``speed``: its straggler episodes (None: never
         slow); ``check``: the run's invariant checker (None: ``check_invariants`` is off);
         ``timeline``: keep one row per step (else only ``StepTotals``); ``steps``: where its
         rows go instead (``sim.timeline_file.StreamedSteps``); ``frontend``: its API
         server (None: a wire). A frontend streams each step's tokens, one step at a time, so
-        it turns fast-forward off."""
+        it turns fast-forward off. ``overlap``: the engine schedules each step while the one
+        before it runs (TensorRT-LLM's overlap scheduler), so a request that reaches it while
+        a step runs waits for the step after next (``accept``)."""
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
         self.gid, self.speed, self.check = gid, speed, check
         self.on_complete = on_complete
@@ -75,7 +81,13 @@ class Replica:
         self._window: _Window | None = None
         self._cut_pending = False
         self.frontend = frontend
-        self.in_frontend: set[int] = set()  # routed here, not yet through the frontend
+        # routed here, not yet in the scheduler: in the frontend, or (overlap) waiting for
+        # the engine's next scheduling pass
+        self.in_frontend: set[int] = set()
+        self.overlap = overlap
+        self._held: deque[tuple[int, float, int]] = deque()  # (rid, reached at, epoch)
+        self._step_start: float | None = None  # the step running now (None: idle)
+        self._last_start = -float("inf")  # the start of the step that ran last
         # bumped when a failure takes the frontend's requests back: their pending hand-overs
         # are void (a request sent here again after the repair has a hand-over of its own)
         self._frontend_epoch = 0
@@ -127,10 +139,21 @@ class Replica:
             self.in_frontend.discard(rid)
             self.accept(rid)
 
+    def _release(self, before: float) -> None:
+        """Held requests that reached the engine before ``before`` go to the scheduler."""
+        held = self._held
+        while held and held[0][1] < before:
+            rid, _, epoch = held.popleft()
+            if epoch == self._frontend_epoch and rid in self.in_frontend:
+                self.in_frontend.discard(rid)
+                self.scheduler.add_request(rid)
+
     def take_frontend_queue(self) -> np.ndarray:
-        """The requests still in the frontend, which will not reach this engine (a failure)."""
+        """The requests routed here but not yet in the engine's scheduler, which will not
+        reach it (a failure)."""
         ids = np.array(sorted(self.in_frontend), np.int64)
         self.in_frontend.clear()
+        self._held.clear()
         self._frontend_epoch += 1
         if self.frontend is not None:
             self.frontend.drop_group()
@@ -138,8 +161,17 @@ class Replica:
 
     def accept(self, rid: int) -> None:
         """Hand a request to this replica's scheduler, waking the replica if it sleeps (past
-        the frontend; a disaggregated request whose KV cache lands here comes straight in)."""
-        self.scheduler.add_request(rid)
+        the frontend; a disaggregated request whose KV cache lands here comes straight in).
+
+        With ``overlap``, a request that arrives while a step runs is held: the engine has
+        already scheduled the next step (TensorRT-LLM's ``PyExecutor._executor_loop_overlap``
+        schedules step k+1, launches it, then waits for step k's tokens), so the request
+        joins the step after that (``_release``)."""
+        if self.overlap and self._step_start is not None:
+            self.in_frontend.add(rid)
+            self._held.append((rid, self.env.now, self._frontend_epoch))
+        else:
+            self.scheduler.add_request(rid)
         w = self._window
         if w is not None:
             now = self.env.now
@@ -195,7 +227,13 @@ class Replica:
         while True:
             try:
                 now = env.now
+                self._step_start = None
+                if self._held:  # scheduled while the last step ran: what had come by its start
+                    self._release(self._last_start)
                 batch = sched.schedule(now)
+                if batch is None and self._held:  # an idle engine takes what has come
+                    self._release(float("inf"))
+                    batch = sched.schedule(now)
                 if batch is None:
                     self._wakeup = env.event()
                     wake_at = sched.next_wakeup(now)
@@ -205,7 +243,8 @@ class Replica:
                         yield self._wakeup
                     self._wakeup = None
                     continue
-                if self.fast_forward and sched.can_fast_forward(batch):
+                self._step_start = self._last_start = now
+                if self.fast_forward and not self._held and sched.can_fast_forward(batch):
                     k = sched.decode_window_limit(batch)
                     if k > 1:
                         yield from self._decode_window(batch, k)
@@ -278,6 +317,7 @@ class Replica:
                 self._cut_pending = False
                 w.ends = w.ends[: int(np.searchsorted(w.ends, env.now)) + 1]
         self._window = None
+        self._last_start = w.ends[-2] if len(w.ends) > 1 else w.start
         self._record_window(w, len(w.ends))
         done = sched.update_window(batch, w.ends)
         if len(done):

@@ -202,11 +202,12 @@ def test_a_request_table_that_cannot_be_released_is_one_error(tiny_config, reque
        router=st.sampled_from(["round_robin", "least_outstanding"]),
        scheduler=st.sampled_from(["vllm", "sarathi", "trtllm", "trtllm_max_utilization",
                                   "sglang", "orca", "vllm_priority", "edf"]),
-       chunk=st.integers(1, 400))
+       chunk=st.integers(1, 400), overlap=st.booleans())
 def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, seed,
                                                      num_blocks, block_size, max_seqs,
                                                      budget, threshold, tp, clients, think,
-                                                     replicas, router, scheduler, chunk):
+                                                     replicas, router, scheduler, chunk,
+                                                     overlap):
     own = {"vllm": {"long_prefill_token_threshold": threshold},
            "sarathi": {"chunk_size": min(chunk, budget)}, "trtllm": {},
            "sglang": {"chunk_size": chunk}, "orca": {},
@@ -218,6 +219,7 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
                       max_seqs=max_seqs, budget=budget, roofline=True, **own)
     cfg.cluster = replace(cfg.cluster, tensor_parallel_size=tp, replicas=replicas,
                           router=router)
+    cfg.backend = replace(cfg.backend, overlap_scheduler=overlap)
     rng = np.random.default_rng(seed)
     arrivals = np.sort(rng.exponential(0.05, n).cumsum())
     client = np.where(np.arange(n) < clients * 3, np.arange(n) % max(clients, 1), -1)
@@ -255,11 +257,20 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
     ["workload=two_classes", "scheduler=edf", "workload.rate=12", "cluster.replicas=2",
      "cluster.router=least_outstanding"],
     ["experiment=vidur_synthetic", "scheduler=edf"],
+    ["backend=trtllm", "scheduler=trtllm"],
+    ["backend=trtllm", "scheduler=trtllm", "workload=closed_loop", "workload.concurrency=64",
+     "cluster.replicas=2", "cluster.router=least_outstanding"],
+    ["backend=trtllm", "scheduler=trtllm", "backend.frontend.admission=fifo",
+     "workload.rate=20"],
+    ["backend.overlap_scheduler=true", "workload=closed_loop", "workload.concurrency=16",
+     "backend.frontend.per_request_ms=0", "backend.frontend.per_prompt_token_us=0",
+     "backend.frontend.per_output_token_us=0", "backend.frontend.latency_ms=0"],
 ], ids=["default", "vidur", "moe_tp2", "closed_loop", "closed_loop_think", "multi_turn",
         "replicas_round_robin", "replicas_least_outstanding", "sarathi", "vidur_sarathi",
         "sarathi_closed_loop", "trtllm", "vidur_trtllm", "trtllm_max_utilization", "sglang",
         "vidur_sglang", "sglang_closed_loop", "orca", "orca_closed_loop", "priority_classes",
-        "edf_classes_replicas", "vidur_edf"])
+        "edf_classes_replicas", "vidur_edf", "trtllm_overlap", "trtllm_overlap_closed_loop",
+        "trtllm_overlap_fifo_frontend", "overlap_no_frontend_closed_loop"])
 def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_for, overrides):
     cfg = compose_cfg("workload.num_requests=300", *overrides)
     req = requests_for(cfg)
