@@ -151,7 +151,9 @@ class CompiledPool:
                      (np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64)),
                      (np.full(t.size, -1, np.int64), np.zeros(t.size),
                       np.full((R, 2), -1, np.int64),
-                      np.array([int(overlaps(run.cluster.cfg.backend))], np.int64)))
+                      np.array([int(overlaps(run.cluster.cfg.backend,
+                                              run.cluster.cfg.cluster.pipeline_parallel_size))],
+                               np.int64)))
         self.state = np.zeros(K.NUM_STATE, np.int64)
         self.state[K.PENDING] = -1
         self.clock = np.zeros(1)

@@ -47,22 +47,27 @@ class BackendConfig:
     async_scheduling: bool = False
     # SGLang's --cuda-graph-max-bs; null: its default (sim/cost/cuda_graphs.py)
     cuda_graph_max_bs: int | None = None
-    # TensorRT-LLM's overlap scheduler (not disable_overlap_scheduler): each step is scheduled
-    # while the one before it runs, so a request arriving mid-step joins the step after next
-    # (sim.engine.replica); null: the engine's default (OVERLAP_DEFAULT)
+    # the engine schedules each step while the one before it runs (TensorRT-LLM's overlap
+    # scheduler, SGLang's overlap schedule, vLLM's --async-scheduling), so a request arriving
+    # mid-step joins the step after next (sim.engine.replica); null: the engine's default
+    # (``overlaps``)
     overlap_scheduler: bool | None = None
 
 
-# TensorRT-LLM's PyTorch backend runs the overlap scheduler unless disable_overlap_scheduler
-# (llmapi/llm_args.py, default False); SGLang's and vLLM's async scheduling are not modelled
-# as one (docs/fidelity.md)
-OVERLAP_DEFAULT = {"trtllm": True}
-
-
-def overlaps(b: BackendConfig) -> bool:
-    """Whether the engine schedules a step while the one before it runs."""
+def overlaps(b: BackendConfig, pipeline_parallel_size: int = 1) -> bool:
+    """Whether the engine schedules a step while the one before it runs: by default
+    TensorRT-LLM (``disable_overlap_scheduler`` defaults to False, ``llmapi/llm_args.py``),
+    SGLang (``disable_overlap_schedule`` False, ``Scheduler.event_loop_overlap``) and vLLM with
+    ``async_scheduling`` (``EngineCore.step_with_batch_queue``); none of them with pipeline
+    parallelism (SGLang and vLLM turn it off or refuse it; TensorRT-LLM runs its own
+    pipelined loop)."""
     value = getattr(b, "overlap_scheduler", None)
-    return OVERLAP_DEFAULT.get(b.name, False) if value is None else bool(value)
+    if value is not None:
+        return bool(value)
+    if pipeline_parallel_size > 1:
+        return False
+    return b.name in ("trtllm", "sglang") or (
+        b.name == "vllm" and bool(getattr(b, "async_scheduling", False)))
 
 
 def check_backend(b: BackendConfig) -> None:

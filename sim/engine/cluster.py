@@ -185,7 +185,8 @@ class Cluster:
             pool.replicas.append(Replica(
                 self.env, parts.scheduler, parts.cost_model,
                 on_complete=lambda ids, now, p=pool, r=r: p.on_finish(p, r, ids, now),
-                fast_forward=self.fast_forward, gid=first + r, overlap=overlaps(self.cfg.backend),
+                fast_forward=self.fast_forward, gid=first + r,
+                overlap=overlaps(self.cfg.backend, c.pipeline_parallel_size),
                 speed=self.speeds.get(first + r), check=self.checker,
                 timeline=self.keep_timeline, frontend=frontend,
                 steps=None if self.timeline_file is None else StreamedSteps(

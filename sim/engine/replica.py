@@ -6,8 +6,9 @@ decode window cuts the window at the next step boundary, exactly where step-by-s
 simulation would first see the request. A straggler (``speed``, ``sim.engine.faults``) multiplies
 the time of every step by the factor in force when the step starts; a decode window ends at
 the first step boundary at or after the factor changes. An engine that schedules each step
-while the one before it runs (``overlap``: TensorRT-LLM's overlap scheduler) holds a request
-that reaches it mid-step until the step after next. With ``check`` (an
+while the one before it runs (``overlap``: TensorRT-LLM's overlap scheduler, SGLang's overlap
+schedule, vLLM's async scheduling) holds a request that reaches it mid-step until the step
+after next. With ``check`` (an
 ``sim.engine.invariants.InvariantChecker``) the state is checked after every step and window.
 """
 
@@ -70,7 +71,7 @@ class Replica:
         rows go instead (``sim.timeline_file.StreamedSteps``); ``frontend``: its API
         server (None: a wire). A frontend streams each step's tokens, one step at a time, so
         it turns fast-forward off. ``overlap``: the engine schedules each step while the one
-        before it runs (TensorRT-LLM's overlap scheduler), so a request that reaches it while
+        before it runs (``sim.config.backend.overlaps``), so a request that reaches it while
         a step runs waits for the step after next (``accept``)."""
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
         self.gid, self.speed, self.check = gid, speed, check
@@ -164,18 +165,23 @@ class Replica:
         the frontend; a disaggregated request whose KV cache lands here comes straight in).
 
         With ``overlap``, a request that arrives while a step runs is held: the engine has
-        already scheduled the next step (TensorRT-LLM's ``PyExecutor._executor_loop_overlap``
-        schedules step k+1, launches it, then waits for step k's tokens), so the request
+        already scheduled the next step (TensorRT-LLM's ``PyExecutor._executor_loop_overlap``,
+        SGLang's ``Scheduler.event_loop_overlap`` and vLLM's ``step_with_batch_queue``
+        schedule step k+1 and launch it before they wait for step k's tokens), so the request
         joins the step after that (``_release``)."""
-        if self.overlap and self._step_start is not None:
+        now = self.env.now
+        held = self.overlap and self._step_start is not None
+        if held:
             self.in_frontend.add(rid)
-            self._held.append((rid, self.env.now, self._frontend_epoch))
+            self._held.append((rid, now, self._frontend_epoch))
         else:
             self.scheduler.add_request(rid)
         w = self._window
         if w is not None:
-            now = self.env.now
-            self._joins.append(now)
+            # it counts in the queue from when the scheduler has it: held, once the step
+            # after the one running now has begun and ended
+            i = int(np.searchsorted(w.ends, now)) + 1
+            self._joins.append(now if not held else w.ends[i] if i < len(w.ends) else np.inf)
             if w.cuttable:
                 self._cut(w, now)
         if self._wakeup is not None and not self._wakeup.triggered:

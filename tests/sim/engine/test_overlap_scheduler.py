@@ -1,6 +1,6 @@
 """An engine that schedules each step while the one before it runs (TensorRT-LLM's overlap
-scheduler, ``sim.engine.replica``): a request that arrives mid-step joins the step after next;
-an idle engine takes it at once."""
+scheduler, SGLang's overlap schedule, vLLM's async scheduling; ``sim.engine.replica``): a
+request that arrives mid-step joins the step after next; an idle engine takes it at once."""
 
 from __future__ import annotations
 
@@ -37,11 +37,19 @@ def test_a_request_arriving_as_a_step_starts_has_missed_the_next(compose_cfg):
     assert r["first_scheduled_s"].tolist() == pytest.approx([0.0, 0.030])
 
 
-def test_overlap_is_tensorrt_llms_default(compose_cfg):
-    assert overlaps(compose_cfg("backend=trtllm").backend)
-    assert not overlaps(compose_cfg("backend=trtllm", "backend.overlap_scheduler=false").backend)
-    assert not overlaps(compose_cfg("backend=vllm").backend)
-    assert not overlaps(compose_cfg("backend=sglang").backend)
+def test_which_engines_overlap_by_default(compose_cfg):
+    """TensorRT-LLM and SGLang overlap by default, vLLM with --async-scheduling; none with
+    pipeline parallelism; the option overrides."""
+    def overlap(*overrides):
+        cfg = compose_cfg(*overrides)
+        return overlaps(cfg.backend, cfg.cluster.pipeline_parallel_size)
+
+    assert overlap("backend=trtllm") and overlap("backend=sglang")
+    assert not overlap("backend=vllm")
+    assert overlap("backend=vllm", "backend.async_scheduling=true")
+    assert not overlap("backend=sglang", "cluster.pipeline_parallel_size=2")
+    assert not overlap("backend=trtllm", "backend.overlap_scheduler=false")
+    assert overlap("backend=vllm", "backend.overlap_scheduler=true")
 
 
 NO_FRONTEND = ["backend.frontend.per_request_ms=0", "backend.frontend.per_prompt_token_us=0",
