@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from sim.compiled import step_schedule as S
@@ -237,12 +238,28 @@ def _enter(rid, r, now, pool, st, t, cfg):
 
 
 @njit(cache=True)
+def arrival_cutoff(start):
+    """Requests that reached an overlapping engine before this time came before a step that
+    started at ``start`` (a number or an array). A rounding error's difference is the same
+    instant: the SimPy engine's clock reaches an arrival time through a sum that may land an
+    ulp off it, and both engines must take the same request into the same step."""
+    return start - 1e-12 * np.maximum(1.0, np.abs(start))
+
+
+@njit(cache=True)
+def came_before(at, start):
+    """Whether a request that reached an overlapping engine at ``at`` came before a step that
+    started at ``start`` (``inf``: every request)."""
+    return at < arrival_cutoff(start) if start < math.inf else True
+
+
+@njit(cache=True)
 def _release_held(r, before, pool, st, t, cfg):
     """Requests held for replica ``r`` that reached it before ``before`` join its scheduler
     (``Replica._release``)."""
     held_next, held_at, held_ends, _ = pool[9]
     rid = held_ends[r, 0]
-    while rid >= 0 and held_at[rid] < before:
+    while rid >= 0 and came_before(held_at[rid], before):
         nxt = held_next[rid]
         _queue(rid, r, pool, st, t, cfg)
         rid = nxt

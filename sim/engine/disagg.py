@@ -123,7 +123,8 @@ class Disaggregation:
         del self.in_flight[rid]
         self.end_s[rid] = c.env.now
         t.computed[rid] = t.prompt[rid] - 1  # the last prompt token is recomputed here
-        self.decode.replicas[r].accept(rid)  # its frontend admitted it on the prefill side
+        # its frontend admitted it on the prefill side
+        self.decode.replicas[r].accept(rid, hold=False)
 
     def resume(self) -> None:
         """A decode replica is back: send what was prefilled while none was up."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
+from sim.compiled.kernel import arrival_cutoff, came_before
 from sim.cost.base import BOUNDS, CostModel, StepCost
 from sim.engine.faults import SpeedSchedule
 from sim.engine.frontend import FrontendServer
@@ -143,7 +144,7 @@ class Replica:
     def _release(self, before: float) -> None:
         """Held requests that reached the engine before ``before`` go to the scheduler."""
         held = self._held
-        while held and held[0][1] < before:
+        while held and came_before(held[0][1], before):
             rid, _, epoch = held.popleft()
             if epoch == self._frontend_epoch and rid in self.in_frontend:
                 self.in_frontend.discard(rid)
@@ -160,9 +161,10 @@ class Replica:
             self.frontend.drop_group()
         return ids
 
-    def accept(self, rid: int) -> None:
+    def accept(self, rid: int, hold: bool = True) -> None:
         """Hand a request to this replica's scheduler, waking the replica if it sleeps (past
-        the frontend; a disaggregated request whose KV cache lands here comes straight in).
+        the frontend; a disaggregated request whose KV cache lands here comes straight in,
+        ``hold=False``: the decode side's pick-up lag is not modelled).
 
         With ``overlap``, a request that arrives while a step runs is held: the engine has
         already scheduled the next step (TensorRT-LLM's ``PyExecutor._executor_loop_overlap``,
@@ -170,7 +172,7 @@ class Replica:
         schedule step k+1 and launch it before they wait for step k's tokens), so the request
         joins the step after that (``_release``)."""
         now = self.env.now
-        held = self.overlap and self._step_start is not None
+        held = hold and self.overlap and self._step_start is not None
         if held:
             self.in_frontend.add(rid)
             self._held.append((rid, now, self._frontend_epoch))
@@ -178,10 +180,9 @@ class Replica:
             self.scheduler.add_request(rid)
         w = self._window
         if w is not None:
-            # it counts in the queue from when the scheduler has it: held, once the step
-            # after the one running now has begun and ended
-            i = int(np.searchsorted(w.ends, now)) + 1
-            self._joins.append(now if not held else w.ends[i] if i < len(w.ends) else np.inf)
+            # it counts in the queue from when the scheduler has it: held, from the end of
+            # the first step that began after it came (``_release``)
+            self._joins.append(_released_at(w, now) if held else now)
             if w.cuttable:
                 self._cut(w, now)
         if self._wakeup is not None and not self._wakeup.triggered:
@@ -344,6 +345,14 @@ class Replica:
         bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
         self.steps.extend(k, starts, time[:k], n, n, 0, n, queue, w.used[:k],
                              compute[:k], memory[:k], comm[:k], host[:k], bound, 0.0)
+
+
+def _released_at(w: _Window, at: float) -> float:
+    """When a request held since ``at`` reaches the scheduler in decode window ``w`` (inf: after
+    it)."""
+    starts = np.concatenate(([w.start], w.ends[:-1]))
+    k = int(np.searchsorted(arrival_cutoff(starts), at, side="right"))  # first it came before
+    return float(w.ends[k]) if k < len(w.ends) else np.inf
 
 
 def _slowed(cost: StepCost, factor: float) -> StepCost:

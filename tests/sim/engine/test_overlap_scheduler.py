@@ -72,3 +72,14 @@ def test_failures_give_back_the_requests_an_overlapping_engine_held(compose_cfg,
     assert r["num_retries"].sum() > 0
     once = r[(r["status"] == "completed") & (r["num_retries"] == 0)]
     assert (once["engine_arrival_s"] <= once["first_scheduled_s"] + 1e-12).all()
+
+
+def test_disaggregated_requests_come_straight_into_an_overlapping_decode_side(compose_cfg,
+                                                                               requests_for):
+    """A request whose KV cache lands on the decode side is not held (its pick-up lag is not
+    modelled): the invariants hold with failures, and every request completes."""
+    cfg = compose_cfg("cluster=disagg", "workload.num_requests=200", "workload.rate=20",
+                      "backend.overlap_scheduler=true", "check_invariants=true",
+                      "cluster.failure.mtbf_s=4", "cluster.failure.mttr_s=1")
+    r = simulate(cfg, requests_for(cfg, 0)).requests
+    assert (r["status"] == "completed").all()
