@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from sim.compiled import step_schedule as S
 from sim.compiled.keyed_queue import queue
+from sim.compiled.overlap import came_before
 from sim.compiled.step_price import price_step
 
 # ``run``'s return codes
@@ -235,22 +235,6 @@ def _enter(rid, r, now, pool, st, t, cfg):
         held_ends[r, 1] = rid
         return
     _queue(rid, r, pool, st, t, cfg)
-
-
-@njit(cache=True)
-def arrival_cutoff(start):
-    """Requests that reached an overlapping engine before this time came before a step that
-    started at ``start`` (a number or an array). A rounding error's difference is the same
-    instant: the SimPy engine's clock reaches an arrival time through a sum that may land an
-    ulp off it, and both engines must take the same request into the same step."""
-    return start - 1e-12 * np.maximum(1.0, np.abs(start))
-
-
-@njit(cache=True)
-def came_before(at, start):
-    """Whether a request that reached an overlapping engine at ``at`` came before a step that
-    started at ``start`` (``inf``: every request)."""
-    return at < arrival_cutoff(start) if start < math.inf else True
 
 
 @njit(cache=True)

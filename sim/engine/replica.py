@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from sim.compiled.kernel import arrival_cutoff, came_before
+from sim.compiled.overlap import arrival_cutoff, came_before
 from sim.cost.base import BOUNDS, CostModel, StepCost
 from sim.engine.faults import SpeedSchedule
 from sim.engine.frontend import FrontendServer
@@ -87,8 +87,8 @@ class Replica:
         # the engine's next scheduling pass
         self.in_frontend: set[int] = set()
         self.overlap = overlap
-        self._held: deque[tuple[int, float, int]] = deque()  # (rid, reached at, epoch)
-        self._step_start: float | None = None  # the step running now (None: idle)
+        self._held: deque[tuple[int, float]] = deque()  # (rid, reached at); a failure clears it
+        self._busy = False  # a step (or decode window) is running
         self._last_start = -float("inf")  # the start of the step that ran last
         # bumped when a failure takes the frontend's requests back: their pending hand-overs
         # are void (a request sent here again after the repair has a hand-over of its own)
@@ -145,10 +145,9 @@ class Replica:
         """Held requests that reached the engine before ``before`` go to the scheduler."""
         held = self._held
         while held and came_before(held[0][1], before):
-            rid, _, epoch = held.popleft()
-            if epoch == self._frontend_epoch and rid in self.in_frontend:
-                self.in_frontend.discard(rid)
-                self.scheduler.add_request(rid)
+            rid, _ = held.popleft()
+            self.in_frontend.discard(rid)
+            self.scheduler.add_request(rid)
 
     def take_frontend_queue(self) -> np.ndarray:
         """The requests routed here but not yet in the engine's scheduler, which will not
@@ -172,10 +171,10 @@ class Replica:
         schedule step k+1 and launch it before they wait for step k's tokens), so the request
         joins the step after that (``_release``)."""
         now = self.env.now
-        held = hold and self.overlap and self._step_start is not None
+        held = hold and self.overlap and self._busy
         if held:
             self.in_frontend.add(rid)
-            self._held.append((rid, now, self._frontend_epoch))
+            self._held.append((rid, now))
         else:
             self.scheduler.add_request(rid)
         w = self._window
@@ -234,7 +233,7 @@ class Replica:
         while True:
             try:
                 now = env.now
-                self._step_start = None
+                self._busy = False
                 if self._held:  # scheduled while the last step ran: what had come by its start
                     self._release(self._last_start)
                 batch = sched.schedule(now)
@@ -250,7 +249,7 @@ class Replica:
                         yield self._wakeup
                     self._wakeup = None
                     continue
-                self._step_start = self._last_start = now
+                self._busy, self._last_start = True, now
                 if self.fast_forward and not self._held and sched.can_fast_forward(batch):
                     k = sched.decode_window_limit(batch)
                     if k > 1:
