@@ -17,6 +17,7 @@ from calibration import host_fit
 from calibration.config import SimConfigContext
 from scenarios import WorkloadError, requests_for_seed
 from sim import simulate
+from sim.config.backend import overlaps
 from sim.config.cost import HOST_FIELDS
 from sim.errors import ConfigError
 
@@ -55,7 +56,10 @@ class RowSimulator(SimConfigContext):
         if self.harness == "desync":
             requests = desynchronise(requests, request_latency_estimate(cfg))
         records = simulate(cfg, requests)
-        return measure(records, trim=self.harness == "ramp" and self.per_client >= 3)
+        # under an overlap scheduler a step takes max(GPU, host), not their sum
+        host_adds = not overlaps(cfg.backend, cfg.cluster.pipeline_parallel_size)
+        return measure(records, trim=self.harness == "ramp" and self.per_client >= 3) | {
+            "host_adds": host_adds}
 
 
 def desynchronise(requests: pd.DataFrame, spread_s: float) -> pd.DataFrame:

@@ -210,6 +210,8 @@ def _fit_host(plans: pd.DataFrame, simulator: RowSimulator, cfg) -> tuple[dict, 
     before = add_errors(simulate_plans(plans, simulator, current))
     fits = host_fit.fit_backends(before, current, cfg.held_out_fraction, cfg.seed,
                                  tuple(cfg.host_keys))
+    for b, why in host_fit.unfitted_backends(before, fits).items():
+        print(f"host fit: {b} not fitted: {why}")
     hosts = {b: host_fit.coefficients(f) for b, f in fits.items()}
     table = add_errors(simulate_plans(plans, simulator, hosts))
     host_fit.verify(fits, table, before, current)

@@ -19,7 +19,7 @@ from sim.config import (
     check_parallelism,
     check_scheduler,
 )
-from sim.config.backend import ADMISSIONS
+from sim.config.backend import ADMISSIONS, overlaps
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
 from sim.cost.compute_speed import compute_scale, scaled_compute
 from sim.cost.cuda_graphs import capture_sizes
@@ -121,7 +121,7 @@ def build_cost_model(cfg) -> CostModel:
                              kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,
                              host_costs(c, doc["host"]), pp=cl.pipeline_parallel_size,
                              ep=cl.expert_parallel_size, graphs=graphs,
-                             async_scheduling=bool(getattr(b, "async_scheduling", False)),
+                             overlap=overlaps(b, cl.pipeline_parallel_size),
                              eager_launch_s=launch_s)
 
 

@@ -32,7 +32,7 @@ AXES = ("q", "s", "u", "d", "kv", "c", "i", "g")
 # entries of the float parameter vector ``Prices.params``
 (LAYERS, HEADS, KV_HEADS, HEAD_DIM, KV_BYTES, ACT, PEAK_FLOPS, PEAK_BW, NUM_SMS, HOST_S,
  HOST_PER_SEQ_S, PRE_LAUNCH, PRE_UNIT, PRE_BLOCK_Q, DEC_LAUNCH, DEC_UNIT, DEC_BLOCK_Q,
- ASYNC, HOST_PER_NEW_S, HOST_PER_TOKEN_S) = range(20)
+ OVERLAP, HOST_PER_NEW_S, HOST_PER_TOKEN_S) = range(20)
 MAX_SEQ_OPS = 3  # lm_head, sampler, logits all-gather
 assert BOUNDS[:3] == ("compute", "memory", "comm")
 
@@ -68,7 +68,7 @@ class Prices:
             layers, g.heads, g.kv_heads, g.head_dim, g.kv_bytes, ACT_BYTES, hw.bf16_flops,
             hw.hbm_bandwidth, hw.num_sms, m.host.overhead_s, m.host.per_seq_s,
             pre.launch_s, pre.unit_s, pre.block_q, dec.launch_s, dec.unit_s, dec.block_q,
-            float(m.async_scheduling), m.host.per_new_request_s, m.host.per_token_s,
+            float(m.overlap), m.host.per_new_request_s, m.host.per_token_s,
         ], dtype=np.float64)
         self.etas = pack_etas([pre.compute, pre.memory, dec.compute, dec.memory])
 

@@ -128,7 +128,7 @@ def price_step(nb, bnew, bctx, tok, head_tok, head_seq, prm, etas, x, out):
     comm = h2 + (tok[T, 2] + L * att2) + 0.0
     host = (prm[P.HOST_S] + prm[P.HOST_PER_SEQ_S] * nb + prm[P.HOST_PER_NEW_S] * nnew
             + prm[P.HOST_PER_TOKEN_S] * T)
-    if prm[P.ASYNC]:  # scheduled while the GPU runs: only what outlasts it shows
+    if prm[P.OVERLAP]:  # scheduled while the GPU runs: only what outlasts it shows
         host = max(0.0, host - (compute + memory + comm))
     out[0] = compute + memory + comm + host
     out[1], out[2], out[3], out[4] = compute, memory, comm, host

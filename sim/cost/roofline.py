@@ -122,14 +122,15 @@ class RooflineCostModel:
     def __init__(self, model: ModelConfig, hw: HardwareConfig, tp: int, kv_bytes: int,
                  eff: Efficiency, host: HostCosts | None = None,
                  pp: int = 1, ep: int = 1, graphs: CudaGraphs | None = None,
-                 async_scheduling: bool = False, eager_launch_s: float = 0.0) -> None:
+                 overlap: bool = False, eager_launch_s: float = 0.0) -> None:
         """``host``: the engine's per-step CPU time (``sim.cost.host``; None: none);
         ``graphs``: the engine's CUDA-graph capture sizes (``sim.cost.cuda_graphs``; None:
-        no step is padded); ``async_scheduling``: the host work of a step overlaps the GPU's
-        (vLLM's ``--async-scheduling``), so a step takes the longer of the two;
+        no step is padded); ``overlap``: the engine schedules a step while the GPU runs the
+        one before it (``sim.config.backend.overlaps``), so its host work overlaps the GPU's
+        and a step takes the longer of the two;
         ``eager_launch_s``: with ``enforce_eager`` (no CUDA graphs), the host's dispatch time
         per kernel launch: a step's GPU work takes at least its launches × this (0: graphs)."""
-        self.async_scheduling = async_scheduling
+        self.overlap = overlap
         self.host = host or HostCosts()
         self.eager_launch_s = eager_launch_s
         self.model, self.hw, self.tp, self.pp, self.ep, self.eff = model, hw, tp, pp, ep, eff
@@ -244,7 +245,7 @@ class RooflineCostModel:
         comm = head[2] + layers[2] + send_s
         gpu = compute + memory + comm
         host = self.host.time(S, R, T)
-        if self.async_scheduling:  # only the host time the GPU's work does not cover shows
+        if self.overlap:  # only the host time the GPU's work does not cover shows
             host = np.maximum(0.0, host - gpu)
         host = host + self._dispatch(gpu, kernels)
         return gpu + host, compute, memory, comm, host

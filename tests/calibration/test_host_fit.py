@@ -74,6 +74,27 @@ def test_step_counts_make_predictions_exactly_linear():
         assert np.isclose(lin[m][0], r1[f"pred_{m}_ms"], rtol=1e-9)
 
 
+def test_rows_under_an_overlap_scheduler_are_not_fitted():
+    """A step under an overlap scheduler takes max(GPU, host): such rows (SGLang's and
+    TensorRT-LLM's by default) are left out of the linear fit, and a backend with no other
+    rows keeps its calibrated values."""
+    truth = (1.5, 40.0, 250.0, 0.8)
+    t = synthetic(truth, n=24).assign(mode="agg", host_adds=True)
+    t = pd.concat([t, t.assign(backend="sglang", host_adds=False)], ignore_index=True)
+    fits = host_fit.fit_backends(t, {"vllm": ZERO, "sglang": ZERO}, 0.3, seed=0)
+    assert set(fits) == {"vllm"}
+    assert np.allclose(host_fit.coefficients(fits["vllm"]), truth, rtol=1e-3)
+    assert set(host_fit.unfitted_backends(t, fits)) == {"sglang"}
+
+
+def test_the_row_simulator_says_whether_host_time_adds():
+    plans = plan_rows(pd.DataFrame([row(), row(id="s", backend="sglang",
+                                            model_path="Qwen/Qwen3-8B")]), "h100_sxm")
+    with RowSimulator(1, harness="burst") as s:
+        vllm, sglang = (s.run(s.compose(p)) for p in plans.to_dict("records"))
+    assert vllm["host_adds"] and not sglang["host_adds"]
+
+
 def test_write_host_replaces_only_the_host_block(tmp_path):
     path = tmp_path / "vllm.yaml"
     path.write_text("hardware: h100_sxm\nparameters:\n  a: 1\n  b: [1, 2]\n"

@@ -39,19 +39,3 @@ def test_a_padded_step_costs_its_captured_size(compose_cfg):
     assert padded == pytest.approx(eager._stage_token_parts(16, 9, True)[0])
     assert graphs.step_cost(np.ones(9, int), ctx).time_s > eager.step_cost(
         np.ones(9, int), ctx).time_s
-
-
-def test_async_scheduling_hides_host_time_under_the_gpu(compose_cfg):
-    """vLLM's --async-scheduling: a step takes max(GPU, host), not their sum."""
-    sync = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=3")))
-    hidden = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=3",
-                                                "backend.async_scheduling=true")))
-    n, c = np.ones(64, int), np.full(64, 1000)
-    a, b = sync.step_cost(n, c), hidden.step_cost(n, c)
-    gpu = a.compute_s + a.memory_s + a.comm_s
-    assert a.time_s == pytest.approx(gpu + a.host_s)
-    assert b.time_s == pytest.approx(max(gpu, a.host_s)) and b.host_s == pytest.approx(
-        max(0.0, a.host_s - gpu))
-    long = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=100",
-                                              "backend.async_scheduling=true")))
-    assert long.step_cost(n, c).time_s == pytest.approx(0.1 + 64 * long.host.per_seq_s)

@@ -53,3 +53,38 @@ def test_a_calibration_without_the_new_keys_prices_them_at_zero(compose_cfg):
                                               "cost_model.host_overhead_per_new_request_us=0",
                                               "cost_model.host_overhead_per_token_us=0")))
     assert bare.step_cost(np.array([100]), np.array([0])).host_s == 0.0
+
+
+def test_async_scheduling_hides_host_time_under_the_gpu(compose_cfg):
+    """vLLM's --async-scheduling: a step takes max(GPU, host), not their sum."""
+    sync = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=3")))
+    hidden = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=3",
+                                                "backend.async_scheduling=true")))
+    n, c = np.ones(64, int), np.full(64, 1000)
+    a, b = sync.step_cost(n, c), hidden.step_cost(n, c)
+    gpu = a.compute_s + a.memory_s + a.comm_s
+    assert a.time_s == pytest.approx(gpu + a.host_s)
+    assert b.time_s == pytest.approx(max(gpu, a.host_s)) and b.host_s == pytest.approx(
+        max(0.0, a.host_s - gpu))
+    long = build_cost_model(plain(compose_cfg("cost_model.host_overhead_ms=100",
+                                              "backend.async_scheduling=true")))
+    assert long.step_cost(n, c).time_s == pytest.approx(0.1 + 64 * long.host.per_seq_s)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_an_overlap_scheduler_hides_host_time_as_async_scheduling_does(compose_cfg, backend):
+    """SGLang's and TensorRT-LLM's default loops schedule a step while the GPU runs the one
+    before it, so their host work shows only where it outlasts the GPU's; with the overlap
+    off (or pipeline parallelism, where the engines turn it off) it adds to the step."""
+    def step(*extra):
+        m = build_cost_model(plain(compose_cfg(f"backend={backend}", f"scheduler={backend}",
+                                               *HOST, *extra)))
+        return m.step_cost(np.array([100, 1, 1]), np.array([0, 700, 900]))
+
+    default, off = step(), step("backend.overlap_scheduler=false")
+    gpu = off.compute_s + off.memory_s + off.comm_s
+    assert off.time_s == pytest.approx(gpu + off.host_s)
+    assert default.host_s == pytest.approx(max(0.0, off.host_s - gpu))
+    assert default.time_s == pytest.approx(max(gpu, off.host_s))
+    piped = step("cluster.pipeline_parallel_size=2")
+    assert piped.host_s == pytest.approx(off.host_s)
