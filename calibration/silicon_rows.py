@@ -38,7 +38,9 @@ INFERENCEX_RANGE_RATIO = 0.8
 # - engine limits: max batch = batch_size; TensorRT-LLM's ``max_num_tokens`` and vLLM's
 #   ``--max-num-batched-tokens`` = batch_size + isl + 1500; TensorRT-LLM's context chunking off
 #   (its templates' default). A step holds the batch's decodes and about one new prompt, not
-#   the engine default's 8,192 tokens of prompts.
+#   the engine default's 8,192 tokens of prompts. CUDA graphs captured for every batch size
+#   up to batch_size (``rule_plugin/benchmark/{trtllm,vllm}.rule``: ``cuda_graph_batch_sizes =
+#   range(1, max_batch_size + 1)``), so every decode batch replays one.
 # - the API server is Dynamo's frontend (``python3 -m dynamo.frontend`` in front of the
 #   workers; 20 of these rows name a Dynamo image), a Rust server that tokenizes and streams
 #   on one Tokio worker thread per core: it does not queue a burst or a step's tokens behind
@@ -109,7 +111,8 @@ def generated_deployment_overrides(row: dict, backend: str, isl: int, osl: int) 
     if backend == "trtllm":
         # unchunked, every prompt must fit the token budget; the row's longest sequence does
         limits += ["scheduler.enable_chunked_prefill=false", f"scheduler.max_model_len={isl + osl}"]
-    return [f"scheduler.max_num_seqs={batch}", *limits, *NO_FRONTEND]
+    graphs = f"backend.cuda_graph_batch_sizes=[{','.join(map(str, range(1, batch + 1)))}]"
+    return [f"scheduler.max_num_seqs={batch}", *limits, graphs, *NO_FRONTEND]
 
 
 def concurrency_of(rows: pd.DataFrame) -> pd.Series:

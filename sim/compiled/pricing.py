@@ -3,8 +3,11 @@
 What a step's price needs beyond the batch, split so that a compiled loop can price every
 step with the same arithmetic as ``RooflineCostModel.step_cost``:
 
-- the token-count operators of the layers (``tok[T]``) and the embedding, all-reduce and
-  final norm (``head_tok[T]``), each a (compute, memory, comm) row per token count ``T``;
+- the token-count operators of the layers (``tok[T, :3]``) and the embedding, all-reduce and
+  final norm (``head_tok[T]``), each a (compute, memory, comm) row per token count ``T``, and
+  whether a decode-only step (``tok[T, DISPATCH_DECODE]``) or a step with prefill chunks
+  (``tok[T, DISPATCH_PREFILL]``) of ``T`` tokens launches its kernels one by one, with the
+  launch counts and time in the parameters (``RooflineCostModel.launches``);
 - the LM head, sampler and logits all-gather, one (compute, memory, comm) row per operator
   and sequence count ``S`` (``head_seq[S, op]``), added one by one as the model adds them;
 - the attention kernels' calibrated efficiencies (``sim.cost.eta.Eta``: a scale times tables
@@ -32,7 +35,9 @@ AXES = ("q", "s", "u", "d", "kv", "c", "i", "g")
 # entries of the float parameter vector ``Prices.params``
 (LAYERS, HEADS, KV_HEADS, HEAD_DIM, KV_BYTES, ACT, PEAK_FLOPS, PEAK_BW, NUM_SMS, HOST_S,
  HOST_PER_SEQ_S, PRE_LAUNCH, PRE_UNIT, PRE_BLOCK_Q, DEC_LAUNCH, DEC_UNIT, DEC_BLOCK_Q,
- OVERLAP, HOST_PER_NEW_S, HOST_PER_TOKEN_S) = range(20)
+ OVERLAP, HOST_PER_NEW_S, HOST_PER_TOKEN_S, LAUNCH_S, KERNELS_PREFILL, KERNELS_MIXED,
+ KERNELS_DECODE) = range(24)
+DISPATCH_DECODE, DISPATCH_PREFILL = 3, 4  # columns of ``Prices.tok`` after (compute, memory, comm)
 MAX_SEQ_OPS = 3  # lm_head, sampler, logits all-gather
 assert BOUNDS[:3] == ("compute", "memory", "comm")
 
@@ -42,14 +47,13 @@ def packable(cost_model) -> str:
     if type(cost_model) is not RooflineCostModel:
         return "the cost model is not the roofline"
     m = cost_model
-    if m.eager_launch_s:
-        return "enforce_eager (kernel launches)"
     if m.pp != 1:
         return "pipeline parallelism"
     if m.attention_kinds != ["full"] or m.g.mla or m.g.lin_value_heads:
         return "not every layer is full GQA attention"
-    if m.graphs.decode_only:  # the loop prices a step's token rows by its token count alone
-        return "CUDA graphs of decode-only steps"
+    if m.graphs.decode_only and m.graphs.pad and m.graphs.sizes:
+        # the loop prices a step's token rows by its token count alone
+        return "CUDA graphs of decode-only steps, padded"
     return ""
 
 
@@ -59,7 +63,7 @@ class Prices:
     def __init__(self, cost_model: RooflineCostModel, max_tokens: int, max_seqs: int) -> None:
         m = self.model = cost_model
         g, hw = m.g, m.hw
-        self.tok = np.full((max_tokens + 1, 3), np.nan)
+        self.tok = np.full((max_tokens + 1, 5), np.nan)
         self.head_tok = np.full((max_tokens + 1, 3), np.nan)
         self.head_seq = np.full((max_seqs + 1, MAX_SEQ_OPS, 3), np.nan)
         pre, dec = m.att.p.eff.attention_prefill, m.att.p.eff.attention_decode
@@ -68,14 +72,18 @@ class Prices:
             layers, g.heads, g.kv_heads, g.head_dim, g.kv_bytes, ACT_BYTES, hw.bf16_flops,
             hw.hbm_bandwidth, hw.num_sms, m.host.overhead_s, m.host.per_seq_s,
             pre.launch_s, pre.unit_s, pre.block_q, dec.launch_s, dec.unit_s, dec.block_q,
-            float(m.overlap), m.host.per_new_request_s, m.host.per_token_s,
+            float(m.overlap), m.host.per_new_request_s, m.host.per_token_s, m.eager_launch_s,
+            *((m.kernel_launches(True, False), m.kernel_launches(True, True),
+               m.kernel_launches(False, True)) if m.eager_launch_s else (0, 0, 0)),
         ], dtype=np.float64)
         self.etas = pack_etas([pre.compute, pre.memory, dec.compute, dec.memory])
 
     def fill_tokens(self, T: int) -> None:
         """Price the token-count rows of a step of ``T`` tokens."""
         m = self.model
-        self.tok[T] = m._stage_token_parts(T, T)[0]
+        self.tok[T, :3] = m._stage_token_parts(T, T)[0]
+        self.tok[T, DISPATCH_DECODE] = m.graphs.dispatches(T, True)
+        self.tok[T, DISPATCH_PREFILL] = m.graphs.dispatches(T, False)
         self.head_tok[T] = bound_parts(head_token_ops(m.p, m.g, m.hw, T))
 
     def fill_seqs(self, S: int) -> None:

@@ -128,7 +128,15 @@ def price_step(nb, bnew, bctx, tok, head_tok, head_seq, prm, etas, x, out):
     comm = h2 + (tok[T, 2] + L * att2) + 0.0
     host = (prm[P.HOST_S] + prm[P.HOST_PER_SEQ_S] * nb + prm[P.HOST_PER_NEW_S] * nnew
             + prm[P.HOST_PER_TOKEN_S] * T)
+    gpu = compute + memory + comm
     if prm[P.OVERLAP]:  # scheduled while the GPU runs: only what outlasts it shows
-        host = max(0.0, host - (compute + memory + comm))
-    out[0] = compute + memory + comm + host
+        host = max(0.0, host - gpu)
+    if prm[P.LAUNCH_S] > 0.0:  # no graph: the host launches each kernel (``launches``)
+        if npre == 0:
+            kernels = prm[P.KERNELS_DECODE] * tok[T, P.DISPATCH_DECODE]
+        else:
+            kernels = prm[P.KERNELS_MIXED if ndec else P.KERNELS_PREFILL] * tok[
+                T, P.DISPATCH_PREFILL]
+        host += max(0.0, kernels * prm[P.LAUNCH_S] - gpu)
+    out[0] = gpu + host
     out[1], out[2], out[3], out[4] = compute, memory, comm, host

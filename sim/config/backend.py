@@ -39,14 +39,19 @@ class BackendConfig:
     # no CUDA graphs (vLLM's --enforce-eager, SGLang's --disable-cuda-graph): nothing padded,
     # and every kernel is dispatched by the host (sim/cost/eager.py)
     enforce_eager: bool = False
-    # enforce_eager: host dispatch time per kernel launch, µs; null: the calibrated value
-    # (sim/cost/calibrated/<hardware.calibration>/kernels/execution.yaml)
+    # host dispatch time per kernel launch of a step that runs eager (enforce_eager, or no
+    # captured graph where the engine's model code runs eager: sim/cost/cuda_graphs.py), µs;
+    # null: the calibrated value (sim/cost/calibrated/<hardware.calibration>/kernels/execution.yaml)
     eager_launch_us: float | None = None
     # vLLM's --async-scheduling: the next step is scheduled while the GPU runs this one, so
     # a step takes max(GPU, host) instead of GPU + host
     async_scheduling: bool = False
     # SGLang's --cuda-graph-max-bs; null: its default (sim/cost/cuda_graphs.py)
     cuda_graph_max_bs: int | None = None
+    # the batch sizes the engine captures CUDA graphs for (vLLM's --cudagraph-capture-sizes,
+    # SGLang's --cuda-graph-bs, TensorRT-LLM's cuda_graph_config.batch_sizes); null: its
+    # default list (sim/cost/cuda_graphs.py)
+    cuda_graph_batch_sizes: list[int] | None = None
     # the engine schedules each step while the one before it runs (TensorRT-LLM's overlap
     # scheduler, SGLang's overlap schedule, vLLM's --async-scheduling), so a request arriving
     # mid-step joins the step after next (sim.engine.replica); null: the engine's default
@@ -77,6 +82,11 @@ def check_backend(b: BackendConfig) -> None:
     max_bs = getattr(b, "cuda_graph_max_bs", None)
     if max_bs is not None and max_bs < 1:
         raise ConfigError("backend.cuda_graph_max_bs", max_bs, "null (the default) or >= 1")
+    sizes = getattr(b, "cuda_graph_batch_sizes", None)
+    if sizes is not None and (not len(sizes) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes)):
+        raise ConfigError("backend.cuda_graph_batch_sizes", list(sizes),
+                          "null (the engine's default list) or a non-empty list of integers >= 1")
     launch = getattr(b, "eager_launch_us", None)
     if launch is not None and not (launch >= 0 and launch < float("inf")):
         raise ConfigError("backend.eager_launch_us", launch, "a finite number >= 0 or null")

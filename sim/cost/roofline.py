@@ -128,8 +128,9 @@ class RooflineCostModel:
         no step is padded); ``overlap``: the engine schedules a step while the GPU runs the
         one before it (``sim.config.backend.overlaps``), so its host work overlaps the GPU's
         and a step takes the longer of the two;
-        ``eager_launch_s``: with ``enforce_eager`` (no CUDA graphs), the host's dispatch time
-        per kernel launch: a step's GPU work takes at least its launches × this (0: graphs)."""
+        ``eager_launch_s``: the host's dispatch time per kernel launch of a step that replays
+        no graph where the engine's model code runs eager (``graphs.dispatches``): such a
+        step's GPU work takes at least its launches × this."""
         self.overlap = overlap
         self.host = host or HostCosts()
         self.eager_launch_s = eager_launch_s
@@ -257,6 +258,13 @@ class RooflineCostModel:
             return 0.0
         return np.maximum(0.0, kernels * self.eager_launch_s - gpu)
 
+    def launches(self, tokens: int, prefill: bool, decode: bool) -> int:
+        """Kernels the host launches one by one in a step of ``tokens`` tokens with prefill
+        chunks and/or decode tokens: 0 where it replays a CUDA graph (or runs compiled)."""
+        if not self.eager_launch_s or not self.graphs.dispatches(tokens, not prefill):
+            return 0
+        return self.kernel_launches(prefill, decode)
+
     def kernel_launches(self, prefill: bool, decode: bool) -> int:
         """Kernels one GPU launches in a step with prefill chunks and/or decode tokens: every
         operator's runs on the busiest stage plus the head's (their counts do not depend on
@@ -284,8 +292,7 @@ class RooflineCostModel:
             parts = [[p[:, None] for p in self._micro_batch_parts(n[mb], c[mb])] for mb in mbs]
             layers = makespan(parts, self.pp)[0][:, 0]
             send_s = self._send_time(max(int(n[mb].sum()) for mb in mbs))
-        kernels = self.kernel_launches(True, bool(((n == 1) & (c > 0)).any())) \
-            if self.eager_launch_s else 0
+        kernels = self.launches(T, True, bool(((n == 1) & (c > 0)).any()))
         return StepCost(*(float(a) for a in self._finish(layers, S, new_requests(c), T,
                                                          self._head(T, S), send_s, kernels)))
 
@@ -304,7 +311,7 @@ class RooflineCostModel:
             mbs = micro_batches(S, self.pp)
             layers = makespan([self._window_parts(c[mb], k) for mb in mbs], self.pp)[0]
             send_s = self._send_time(len(c[mbs[0]]))
-        kernels = self.kernel_launches(False, True) if self.eager_launch_s else 0
+        kernels = self.launches(S, False, True)
         time, compute, memory, comm, host = self._finish(layers, S, 0, S, self._head(S, S),
                                                          send_s, kernels)
         return time, compute, memory, comm, np.broadcast_to(host, (k,)).astype(float)
@@ -324,7 +331,8 @@ class RooflineCostModel:
             ops.append(OperatorCost("pp_bubble", 1, 0.0, 0.0, float(split.sum()), bound))
         decode = (n == 1) & (c > 0)
         dispatch = float(self._dispatch(step.compute_s + step.memory_s + step.comm_s,
-                                        self.kernel_launches(not decode.all(), decode.any())))
+                                        self.launches(int(n.sum()), not decode.all(),
+                                                      bool(decode.any()))))
         if dispatch:
             ops.append(OperatorCost("eager.host_dispatch", 1, 0.0, 0.0, dispatch, "host"))
         return ops + [OperatorCost("host_overhead", 1, 0.0, 0.0, step.host_s - dispatch,

@@ -130,9 +130,9 @@ def test_inferencex_rows_draw_their_lengths_as_its_client_does():
 
 def test_gap_analysis_rows_run_the_generated_deployment():
     """aiconfigurator's gap-analysis rows ran what its generator wrote for the row's batch size:
-    budget batch + isl + 1500, TensorRT-LLM unchunked, behind Dynamo's frontend (not modelled:
-    a wire). Not SGLang's (no generator before its version), nor rows with more clients than
-    the batch, nor other sources."""
+    budget batch + isl + 1500, TensorRT-LLM unchunked, CUDA graphs for every batch size up to
+    it, behind Dynamo's frontend (not modelled: a wire). Not SGLang's (no generator before its
+    version), nor rows with more clients than the batch, nor other sources."""
     gap = "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/v/q.csv; " \
           "silicon_concurrency=16"
     plans = plan_rows(pd.DataFrame([
@@ -147,10 +147,13 @@ def test_gap_analysis_rows_run_the_generated_deployment():
     assert {"scheduler.max_num_seqs=16", "scheduler.max_num_batched_tokens=2516",
             "scheduler.enable_chunked_prefill=false", "scheduler.max_model_len=1100"} | wire <= \
         set(plans.loc["trtllm", "overrides"])
+    graphs = f"backend.cuda_graph_batch_sizes=[{','.join(map(str, range(1, 17)))}]"
+    assert graphs in plans.loc["vllm", "overrides"] and graphs in plans.loc["trtllm",
+                                                                              "overrides"]
     assert "generated deployment" in plans.loc["vllm", "note"]
     for other in ("sglang", "more_clients", "other"):
         overrides = plans.loc[other, "overrides"]
-        assert not any(o.startswith(("scheduler.", "backend.frontend")) for o in overrides)
+        assert not any(o.startswith(("scheduler.", "backend.")) for o in overrides)
 
 
 def test_inferencex_row_simulates_its_drawn_lengths(tmp_path):

@@ -150,6 +150,8 @@ CASES: dict[str, Case] = {
                                expect=("backend.eager_launch_us=-1",)),
     "cuda_graph_max_bs_zero": C("backend.cuda_graph_max_bs=0",
                                 expect=("backend.cuda_graph_max_bs=0",)),
+    "cuda_graph_sizes_positive": C("backend.cuda_graph_batch_sizes=[0,8]",
+                                   expect=("backend.cuda_graph_batch_sizes=[0, 8]",)),
     # ---- scheduler
     "max_num_seqs_zero": C("scheduler.max_num_seqs=0", expect=("scheduler.max_num_seqs=0",),
                            via="cli"),

@@ -1,5 +1,5 @@
-"""LLM steps under ``backend.enforce_eager``: the host dispatches every kernel
-(``sim.cost.eager``)."""
+"""LLM steps that run eager: under ``backend.enforce_eager``, and where the engine replays no
+CUDA graph (``sim.cost.cuda_graphs``); the host dispatches every kernel (``sim.cost.eager``)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,43 @@ def test_a_calibration_without_eager_costs_warns(compose_cfg):
     assert any("enforce_eager" in str(w.message) for w in seen)
 
 
-def test_eager_runs_on_the_reference_engine(compose_cfg, requests_for):
-    cfg = compose_cfg("workload.num_requests=10", *EAGER)
-    rec = simulate(cfg, requests_for(cfg))
-    assert rec.meta["engine"] == "python (enforce_eager (kernel launches))"
+TRTLLM = ("backend=trtllm", "scheduler=trtllm", "backend.eager_launch_us=1000")
+
+
+def test_trtllm_steps_without_a_graph_pay_their_launches(compose_cfg):
+    """At 1 ms per launch: a decode batch of 33 (no captured graph) and a step with a prompt
+    take their launches; a batch of 32 replays its graph; a capture list with 33 in it makes
+    33 a graph too."""
+    m = build_cost_model(plain(compose_cfg(*TRTLLM)))
+    decode = m.kernel_launches(False, True) * 1e-3
+    assert m.decode_window(np.full(33, 500), 1)[0][0] >= decode
+    assert m.decode_window(np.full(32, 500), 1)[0][0] < decode / 10
+    assert m.step_cost(np.array([100]), np.array([0])).time_s >= m.kernel_launches(
+        True, False) * 1e-3
+    assert m.step_cost(np.array([100, 1]), np.array([0, 500])).time_s >= m.kernel_launches(
+        True, True) * 1e-3
+    listed = build_cost_model(plain(compose_cfg(*TRTLLM,
+                                                "backend.cuda_graph_batch_sizes=[32,33]")))
+    assert listed.decode_window(np.full(33, 500), 1)[0][0] < decode / 10
+    ops = m.breakdown(np.ones(33, int), np.full(33, 500))
+    assert sum(op.time_s for op in ops) == pytest.approx(m.decode_window(
+        np.full(33, 500), 1)[0][0])
+
+
+def test_a_gpu_without_eager_costs_prices_trtllm_launches_at_zero_quietly(compose_cfg):
+    """Steps the user did not ask to run eager do not warn where no launch time is fitted."""
+    cfg = compose_cfg("backend=trtllm", "scheduler=trtllm", "hardware=a100_80g_sxm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert build_cost_model(plain(cfg)).eager_launch_s == 0.0
+
+
+@pytest.mark.parametrize("extra", [EAGER, TRTLLM])
+def test_eager_steps_are_the_same_in_both_engines(compose_cfg, requests_for, extra):
+    cfg = compose_cfg("workload.num_requests=40", *extra)
+    compiled = simulate(cfg, requests_for(cfg))
+    assert compiled.meta["engine"] == "compiled"
+    cfg.engine = "python"
+    python = simulate(cfg, requests_for(cfg))
+    for col in ("first_token_s", "completion_s"):
+        assert np.allclose(compiled.requests[col], python.requests[col], rtol=1e-9, atol=1e-12)
