@@ -118,8 +118,8 @@ def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, ...]],
     step takes max(GPU, host): neither is linear in the coefficients). A backend with no such
     row is not fitted (``unfitted_backends`` says why)."""
     done = table[table["pred_ttft_ms"].notna() & (table["mode"] == "agg")
-                 & table.get("host_adds", pd.Series(False, index=table.index))
-                 .fillna(False).astype(bool)].reset_index(drop=True)
+                 & table.get("host_adds", pd.Series(False, index=table.index)).eq(True)
+                 ].reset_index(drop=True)
     hold = held_out(done, fraction, seed)
     fits = {}
     for backend in sorted(done["backend"].unique()):

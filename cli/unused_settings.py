@@ -92,9 +92,15 @@ def unused_settings(cfg) -> list[str]:
                 out.append(f"{p} is ignored: workload.sharegpt draws the lengths (set "
                            f"workload.sharegpt.{length}_mean)")
     b = cfg.backend
-    if getattr(b, "eager_launch_us", None) is not None and not b.enforce_eager:
+    if getattr(b, "eager_launch_us", None) is not None and not b.enforce_eager \
+            and b.name == "vllm":
+        # TensorRT-LLM's and SGLang's steps without a graph run eager (sim.cost.cuda_graphs)
         out.append(f"backend.eager_launch_us={b.eager_launch_us} is ignored: "
-                   "backend.enforce_eager=false (CUDA graphs launch the kernels)")
+                   "backend.enforce_eager=false (vLLM's CUDA graphs and compiled code launch "
+                   "the kernels)")
+    if getattr(b, "cuda_graph_batch_sizes", None) is not None and b.enforce_eager:
+        out.append(f"backend.cuda_graph_batch_sizes={list(b.cuda_graph_batch_sizes)} is "
+                   "ignored: backend.enforce_eager=true captures no graphs")
     return out + _cluster_unused(cfg)
 
 

@@ -8,11 +8,11 @@ schedules its next batch at once) — until every request has ended, the timelin
 but not priced, and prices it first when called again). It does in compiled code what
 ``sim.engine.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler`` (FCFS or a
 keyed order, recompute preemption, no prefix cache; ``sim.compiled.step_schedule``) and the
-other compiled policies, ``RooflineCostModel.step_cost`` with its eager kernel launches
-(``sim.compiled.step_price``; numba's cache does not see a change there, so one here goes
-with it), the engine's ``_Arrivals`` (open-loop arrivals, closed-loop
-clients' follow-ups) and the cluster's ``round_robin`` and ``least_outstanding`` routers do,
-in the same order and with the same arithmetic;
+other compiled policies, ``RooflineCostModel.step_cost`` with its host's scheduling and
+eager kernel launches (``sim.compiled.step_price``; numba's cache does not see a change
+there, so one here goes with it), the engine's ``_Arrivals`` (open-loop arrivals,
+closed-loop clients' follow-ups) and the cluster's ``round_robin`` and
+``least_outstanding`` routers do, in the same order and with the same arithmetic;
 ``tests/sim/schedulers/test_compiled_core.py`` holds the two equal. Request state lives in the
 run's ``RequestTable`` arrays, which it updates in place.
 

@@ -129,14 +129,17 @@ def price_step(nb, bnew, bctx, tok, head_tok, head_seq, prm, etas, x, out):
     host = (prm[P.HOST_S] + prm[P.HOST_PER_SEQ_S] * nb + prm[P.HOST_PER_NEW_S] * nnew
             + prm[P.HOST_PER_TOKEN_S] * T)
     gpu = compute + memory + comm
-    if prm[P.OVERLAP]:  # scheduled while the GPU runs: only what outlasts it shows
-        host = max(0.0, host - gpu)
-    if prm[P.LAUNCH_S] > 0.0:  # no graph: the host launches each kernel (``launches``)
+    kernels = 0.0  # no graph: the host launches each kernel (``launches``)
+    if prm[P.LAUNCH_S] > 0.0:
         if npre == 0:
             kernels = prm[P.KERNELS_DECODE] * tok[T, P.DISPATCH_DECODE]
         else:
             kernels = prm[P.KERNELS_MIXED if ndec else P.KERNELS_PREFILL] * tok[
                 T, P.DISPATCH_PREFILL]
-        host += max(0.0, kernels * prm[P.LAUNCH_S] - gpu)
+    launch = kernels * prm[P.LAUNCH_S]
+    if prm[P.OVERLAP]:  # scheduled and launched while the GPU runs: what outlasts it shows
+        host = max(0.0, host + launch - gpu)
+    else:
+        host = host + max(0.0, launch - gpu)
     out[0] = gpu + host
     out[1], out[2], out[3], out[4] = compute, memory, comm, host

@@ -80,8 +80,9 @@ def capture_sizes(backend: str, max_num_seqs: int, max_num_batched_tokens: int, 
         return CudaGraphs(eager=True)
     if backend == "vllm":
         top = min(2 * max_num_seqs, 512)
-        sizes = given or [s for s in [1, 2, 4, *range(8, top + 1, 8)]
-                          if s <= max_num_batched_tokens]
+        # sizes above the step's token budget are dropped, given or default
+        sizes = [s for s in (given or [1, 2, 4, *range(8, top + 1, 8)])
+                 if s <= max_num_batched_tokens]
         return CudaGraphs(tuple(sizes))
     if backend == "sglang":
         max_bs = cuda_graph_max_bs or (256 if tp < 4 else 512)

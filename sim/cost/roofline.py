@@ -245,18 +245,28 @@ class RooflineCostModel:
         memory = head[1] + layers[1]
         comm = head[2] + layers[2] + send_s
         gpu = compute + memory + comm
-        host = self.host.time(S, R, T)
-        if self.overlap:  # only the host time the GPU's work does not cover shows
-            host = np.maximum(0.0, host - gpu)
-        host = host + self._dispatch(gpu, kernels)
+        host = self._host_time(gpu, self.host.time(S, R, T), kernels)[0]
         return gpu + host, compute, memory, comm, host
 
-    def _dispatch(self, gpu, kernels: int):
-        """Eager mode: the time by which launching ``kernels`` one by one outlasts the GPU's
-        work (the host runs ahead of the GPU, so the step takes the longer of the two)."""
-        if not self.eager_launch_s:
-            return 0.0
-        return np.maximum(0.0, kernels * self.eager_launch_s - gpu)
+    def _host_time(self, gpu, scheduling, kernels: int):
+        """(host time the step shows beyond its GPU work, the part of it that is kernel
+        launches). The host launches ``kernels`` one by one ahead of the GPU (eager code);
+        without an overlap scheduler it schedules first, then launches; with one it
+        schedules and launches this step while the GPU runs the last, so only what the two
+        together outlast the GPU's work by shows."""
+        launch = kernels * self.eager_launch_s
+        if self.overlap:
+            host = np.maximum(0.0, scheduling + launch - gpu)
+            return host, np.minimum(host, launch)
+        dispatch = np.maximum(0.0, launch - gpu)
+        return scheduling + dispatch, dispatch
+
+    def _graph_tokens(self, n: np.ndarray) -> int:
+        """The batch size a step's CUDA graph would be captured for: its tokens, or with
+        pipeline parallelism its largest micro-batch's (each runs the forward on its own)."""
+        if self.pp == 1:
+            return int(n.sum())
+        return max(int(n[mb].sum()) for mb in micro_batches(len(n), self.pp))
 
     def launches(self, tokens: int, prefill: bool, decode: bool) -> int:
         """Kernels the host launches one by one in a step of ``tokens`` tokens with prefill
@@ -292,7 +302,7 @@ class RooflineCostModel:
             parts = [[p[:, None] for p in self._micro_batch_parts(n[mb], c[mb])] for mb in mbs]
             layers = makespan(parts, self.pp)[0][:, 0]
             send_s = self._send_time(max(int(n[mb].sum()) for mb in mbs))
-        kernels = self.launches(T, True, bool(((n == 1) & (c > 0)).any()))
+        kernels = self.launches(self._graph_tokens(n), True, bool(((n == 1) & (c > 0)).any()))
         return StepCost(*(float(a) for a in self._finish(layers, S, new_requests(c), T,
                                                          self._head(T, S), send_s, kernels)))
 
@@ -311,7 +321,7 @@ class RooflineCostModel:
             mbs = micro_batches(S, self.pp)
             layers = makespan([self._window_parts(c[mb], k) for mb in mbs], self.pp)[0]
             send_s = self._send_time(len(c[mbs[0]]))
-        kernels = self.launches(S, False, True)
+        kernels = self.launches(self._graph_tokens(np.ones(S, np.int64)), False, True)
         time, compute, memory, comm, host = self._finish(layers, S, 0, S, self._head(S, S),
                                                          send_s, kernels)
         return time, compute, memory, comm, np.broadcast_to(host, (k,)).astype(float)
@@ -330,9 +340,10 @@ class RooflineCostModel:
             bound = ("compute", "memory", "comm")[int(np.argmax(split))]
             ops.append(OperatorCost("pp_bubble", 1, 0.0, 0.0, float(split.sum()), bound))
         decode = (n == 1) & (c > 0)
-        dispatch = float(self._dispatch(step.compute_s + step.memory_s + step.comm_s,
-                                        self.launches(int(n.sum()), not decode.all(),
-                                                      bool(decode.any()))))
+        kernels = self.launches(self._graph_tokens(n), not decode.all(), bool(decode.any()))
+        dispatch = float(self._host_time(step.compute_s + step.memory_s + step.comm_s,
+                                         self.host.time(len(n), new_requests(c),
+                                                        int(n.sum())), kernels)[1])
         if dispatch:
             ops.append(OperatorCost("eager.host_dispatch", 1, 0.0, 0.0, dispatch, "host"))
         return ops + [OperatorCost("host_overhead", 1, 0.0, 0.0, step.host_s - dispatch,

@@ -312,7 +312,7 @@ class Cluster:
         mine = np.flatnonzero(t.replica == pool.first + r)
         status = t.status[mine]
         lost = mine[(status == WAITING) | (status == RUNNING) | (status == TRANSFERRING)]
-        lost = np.union1d(lost, pool.replicas[r].take_frontend_queue())  # not yet in the engine
+        lost = np.union1d(lost, pool.replicas[r].take_unscheduled())  # not yet in the engine
         moving = t.status[lost] == TRANSFERRING
         self.held[lost] = 0
         t.retry(lost)

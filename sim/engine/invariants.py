@@ -255,7 +255,7 @@ class InvariantChecker:
                             self._raise("conservation", gid, early, "in a scheduler before "
                                         f"it got through its frontend{self._when}")
                 # routed here, still in its frontend (sim.engine.frontend)
-                places.append((_ids(rep.in_frontend), pool.table, PENDING))
+                places.append((_ids(rep.before_scheduler), pool.table, PENDING))
             places.append((np.asarray(pool.parked, np.int64), pool.table, PENDING))
         if c.disagg is not None:
             places += [(_ids(c.disagg.in_flight), t, TRANSFERRING),

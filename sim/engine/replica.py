@@ -85,14 +85,14 @@ class Replica:
         self.frontend = frontend
         # routed here, not yet in the scheduler: in the frontend, or (overlap) waiting for
         # the engine's next scheduling pass
-        self.in_frontend: set[int] = set()
+        self.before_scheduler: set[int] = set()
         self.overlap = overlap
         self._held: deque[tuple[int, float]] = deque()  # (rid, reached at); a failure clears it
         self._busy = False  # a step (or decode window) is running
         self._last_start = -float("inf")  # the start of the step that ran last
         # bumped when a failure takes the frontend's requests back: their pending hand-overs
         # are void (a request sent here again after the repair has a hand-over of its own)
-        self._frontend_epoch = 0
+        self._handover_epoch = 0
         self.fast_forward = fast_forward and frontend is None
         # one row per step, rows streamed to a file, or running totals (same calls)
         self.steps = steps if steps is not None else (
@@ -108,9 +108,9 @@ class Replica:
             self.accept(rid)
             return
         now = self.env.now
-        epoch = self._frontend_epoch
+        epoch = self._handover_epoch
         if self.frontend.costs.interleaved:
-            self.in_frontend.add(rid)
+            self.before_scheduler.add(rid)
             if self.frontend.join(rid):  # admitted with this instant's other arrivals
                 self.env.timeout(0).callbacks.append(
                     lambda _e, k=epoch: self._admit_group(k))
@@ -119,13 +119,13 @@ class Replica:
         if at == now:
             self.accept(rid)
             return
-        self.in_frontend.add(rid)
+        self.before_scheduler.add(rid)
         self.env.timeout(at - now).callbacks.append(
             lambda _e, r=rid, k=epoch: self._through(r, k))
 
     def _admit_group(self, epoch: int) -> None:
         """This instant's arrivals have joined: they reach the engine together."""
-        if epoch != self._frontend_epoch:  # a failure took the group back
+        if epoch != self._handover_epoch:  # a failure took the group back
             return
         now = self.env.now
         members, at = self.frontend.admit_group(now)
@@ -137,8 +137,8 @@ class Replica:
                     lambda _e, r=rid, k=epoch: self._through(r, k))
 
     def _through(self, rid: int, epoch: int) -> None:
-        if epoch == self._frontend_epoch and rid in self.in_frontend:  # (not taken back)
-            self.in_frontend.discard(rid)
+        if epoch == self._handover_epoch and rid in self.before_scheduler:  # (not taken back)
+            self.before_scheduler.discard(rid)
             self.accept(rid)
 
     def _release(self, before: float) -> None:
@@ -146,16 +146,16 @@ class Replica:
         held = self._held
         while held and came_before(held[0][1], before):
             rid, _ = held.popleft()
-            self.in_frontend.discard(rid)
+            self.before_scheduler.discard(rid)
             self.scheduler.add_request(rid)
 
-    def take_frontend_queue(self) -> np.ndarray:
+    def take_unscheduled(self) -> np.ndarray:
         """The requests routed here but not yet in the engine's scheduler, which will not
         reach it (a failure)."""
-        ids = np.array(sorted(self.in_frontend), np.int64)
-        self.in_frontend.clear()
+        ids = np.array(sorted(self.before_scheduler), np.int64)
+        self.before_scheduler.clear()
         self._held.clear()
-        self._frontend_epoch += 1
+        self._handover_epoch += 1
         if self.frontend is not None:
             self.frontend.drop_group()
         return ids
@@ -173,7 +173,7 @@ class Replica:
         now = self.env.now
         held = hold and self.overlap and self._busy
         if held:
-            self.in_frontend.add(rid)
+            self.before_scheduler.add(rid)
             self._held.append((rid, now))
         else:
             self.scheduler.add_request(rid)

@@ -54,10 +54,19 @@ def test_shipped_options_set_nothing_they_do_not_read(compose_cfg, option):
      "workload.sharegpt.output_mean)"),
     (["backend.eager_launch_us=20"], "backend.eager_launch_us=20.0 is ignored: "
                                      "backend.enforce_eager=false"),
+    (["backend.enforce_eager=true", "backend.cuda_graph_batch_sizes=[1,2]"],
+     "backend.cuda_graph_batch_sizes=[1, 2] is ignored: backend.enforce_eager=true"),
 ])
 def test_a_setting_the_run_does_not_read_is_named(compose_cfg, overrides, expected):
     lines = unused_settings(compose_cfg(*overrides))
     assert len(lines) == 1 and expected in lines[0], lines
+
+
+def test_the_launch_time_prices_trtllm_steps_without_a_graph(compose_cfg):
+    """TensorRT-LLM's uncaptured steps run eager: the launch time is read without
+    enforce_eager."""
+    assert not unused_settings(compose_cfg("backend=trtllm", "scheduler=trtllm",
+                                           "backend.eager_launch_us=20"))
 
 
 def test_validation_logs_them_as_warnings_and_the_run_goes_on(compose_cfg, caplog):

@@ -98,3 +98,26 @@ def test_eager_steps_are_the_same_in_both_engines(compose_cfg, requests_for, ext
     python = simulate(cfg, requests_for(cfg))
     for col in ("first_token_s", "completion_s"):
         assert np.allclose(compiled.requests[col], python.requests[col], rtol=1e-9, atol=1e-12)
+
+
+def test_scheduling_and_launches_share_the_host_under_an_overlap_scheduler(compose_cfg):
+    """TensorRT-LLM schedules and launches step k+1 on the host while the GPU runs step k: a
+    step takes max(GPU, scheduling + launches). Without the overlap it schedules first, then
+    launches ahead of the GPU: GPU + scheduling + what the launches outlast the GPU by."""
+    trt = ("backend=trtllm", "scheduler=trtllm")
+    c = np.full(33, 500)  # no captured graph for 33 sequences
+    bare = build_cost_model(plain(compose_cfg(*trt, "backend.eager_launch_us=0",
+                                              "cost_model.host_overhead_ms=0")))
+    gpu = bare.decode_window(c, 1)[0][0]
+    kernels = bare.kernel_launches(False, True)
+    timing = (f"backend.eager_launch_us={0.8 * gpu / kernels * 1e6}",
+              f"cost_model.host_overhead_ms={0.8 * gpu * 1e3}",
+              "cost_model.host_overhead_per_seq_us=0")
+    overlapped = build_cost_model(plain(compose_cfg(*trt, *timing)))
+    assert overlapped.decode_window(c, 1)[0][0] == pytest.approx(1.6 * gpu)
+    serial = build_cost_model(plain(compose_cfg(*trt, *timing,
+                                                "backend.overlap_scheduler=false")))
+    assert serial.decode_window(c, 1)[0][0] == pytest.approx(1.8 * gpu)
+    ops = {op.name: op.time_s for op in overlapped.breakdown(np.ones(33, int), c)}
+    assert ops["eager.host_dispatch"] == pytest.approx(0.6 * gpu)  # the launches' share
+    assert ops["host_overhead"] == pytest.approx(0.0, abs=1e-12)
