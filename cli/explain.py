@@ -31,8 +31,9 @@ override.
 
 It prints (1) every operator of the step with its count, FLOPs, bytes, arithmetic intensity,
 the GPU's balance point (peak FLOP/s ÷ memory bandwidth) for the dtype it runs in, the binding
-roof, its predicted time and share of the step; (2) the KV-cache bytes per token and any fixed
-per-request state; (3) the memory plan; and writes (4) the roofline chart.
+roof, its predicted time and share of the step, and whether the step replays a captured CUDA
+graph (at which size) or the host launches its kernels one by one; (2) the KV-cache bytes per
+token and any fixed per-request state; (3) the memory plan; and writes (4) the roofline chart.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from analysis.inputs import output_file
 from analysis.roofline_chart import write_roofline_chart
 from cli.preflight import compose_or_exit
 from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
+from sim.cost import RooflineCostModel
 from sim.errors import ConfigError, OutputError, report_error
 from sim.kv.build import kv_blocks
 from sim.kv.manager import state_blocks_for
@@ -151,9 +153,33 @@ def operator_table(cfg, new: np.ndarray, ctx: np.ndarray) -> tuple[pd.DataFrame,
     t["share_%"] = 100 * t["time_s"] / total if total > 0 else 0.0
     step = model.step_cost(new, ctx)
     totals = {"step_ms": total * 1e3, "bound": step.bound, "tokens": int(new.sum()),
+              "graph": cuda_graph_line(model, new, ctx),
               "sequences": len(new), "balance": {d: p / bw for d, p in roofs.items()},
               "peaks": roofs, "bandwidth": bw, "dtypes_reported": all(reported)}
     return t, totals
+
+
+def cuda_graph_line(model, new: np.ndarray, ctx: np.ndarray) -> str:
+    """What the step runs as: the captured CUDA graph it replays (at which size), or no graph
+    and the kernels the host then launches one by one (``sim.cost.cuda_graphs``); empty for a
+    cost model without graphs."""
+    if not isinstance(model, RooflineCostModel):
+        return ""
+    decode = (new == 1) & (ctx > 0)
+    tokens = model.graph_tokens(new)
+    size = model.graphs.graph_size(tokens, bool(decode.all()))
+    if size is not None:
+        padded = f" (padded from {tokens})" if size != tokens else ""
+        return f"CUDA graph: replays the one captured for {size} tokens{padded}"
+    kernels = model.launches(tokens, not decode.all(), bool(decode.any()))
+    if kernels:
+        return (f"CUDA graph: none for this step; the host launches its {kernels} kernels one "
+                f"by one, {kernels * model.eager_launch_s * 1e3:.2f} ms (eager.host_dispatch: "
+                "what outlasts the GPU's work)")
+    if model.graphs.eager:
+        return ("CUDA graph: none for this step; its kernel launches are not priced (no "
+                "launch time for this GPU: backend.eager_launch_us)")
+    return "CUDA graph: none for this step; it runs compiled code (launches not priced)"
 
 
 def kv_footprint(cfg) -> dict:
@@ -268,8 +294,10 @@ def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict |
                      f"is placed against the {m.dtype} balance (attention and LM head run bf16)")
     with pd.option_context("display.width", 140, "display.float_format", "{:,.2f}".format):
         lines.append(table[cols].to_string(index=False, na_rep="-"))
-    lines += [f"step time {totals['step_ms']:.3f} ms, mostly {totals['bound']}-bound", "",
-              f"KV cache: {kv['kv_bytes_per_token']:,} bytes per token per GPU"]
+    lines.append(f"step time {totals['step_ms']:.3f} ms, mostly {totals['bound']}-bound")
+    if totals.get("graph"):
+        lines.append(totals["graph"])
+    lines += ["", f"KV cache: {kv['kv_bytes_per_token']:,} bytes per token per GPU"]
     if kv.get("state_bytes_per_request"):
         lines.append(f"per-request state: at most {kv['state_bytes_per_request']:,} bytes per "
                      "GPU (sliding-window layers' window, linear-attention state: does not "

@@ -261,7 +261,7 @@ class RooflineCostModel:
         dispatch = np.maximum(0.0, launch - gpu)
         return scheduling + dispatch, dispatch
 
-    def _graph_tokens(self, n: np.ndarray) -> int:
+    def graph_tokens(self, n: np.ndarray) -> int:
         """The batch size a step's CUDA graph would be captured for: its tokens, or with
         pipeline parallelism its largest micro-batch's (each runs the forward on its own)."""
         if self.pp == 1:
@@ -302,7 +302,7 @@ class RooflineCostModel:
             parts = [[p[:, None] for p in self._micro_batch_parts(n[mb], c[mb])] for mb in mbs]
             layers = makespan(parts, self.pp)[0][:, 0]
             send_s = self._send_time(max(int(n[mb].sum()) for mb in mbs))
-        kernels = self.launches(self._graph_tokens(n), True, bool(((n == 1) & (c > 0)).any()))
+        kernels = self.launches(self.graph_tokens(n), True, bool(((n == 1) & (c > 0)).any()))
         return StepCost(*(float(a) for a in self._finish(layers, S, new_requests(c), T,
                                                          self._head(T, S), send_s, kernels)))
 
@@ -321,7 +321,7 @@ class RooflineCostModel:
             mbs = micro_batches(S, self.pp)
             layers = makespan([self._window_parts(c[mb], k) for mb in mbs], self.pp)[0]
             send_s = self._send_time(len(c[mbs[0]]))
-        kernels = self.launches(self._graph_tokens(np.ones(S, np.int64)), False, True)
+        kernels = self.launches(self.graph_tokens(np.ones(S, np.int64)), False, True)
         time, compute, memory, comm, host = self._finish(layers, S, 0, S, self._head(S, S),
                                                          send_s, kernels)
         return time, compute, memory, comm, np.broadcast_to(host, (k,)).astype(float)
@@ -340,7 +340,7 @@ class RooflineCostModel:
             bound = ("compute", "memory", "comm")[int(np.argmax(split))]
             ops.append(OperatorCost("pp_bubble", 1, 0.0, 0.0, float(split.sum()), bound))
         decode = (n == 1) & (c > 0)
-        kernels = self.launches(self._graph_tokens(n), not decode.all(), bool(decode.any()))
+        kernels = self.launches(self.graph_tokens(n), not decode.all(), bool(decode.any()))
         dispatch = float(self._host_time(step.compute_s + step.memory_s + step.comm_s,
                                          self.host.time(len(n), new_requests(c),
                                                         int(n.sum())), kernels)[1])

@@ -177,6 +177,21 @@ def test_mixed_batch_names_both_roofs(compose_cfg):
     assert rows.loc["attn_prefill", "FLOP/B"] > totals["balance"]["bf16"]
 
 
+@pytest.mark.parametrize("overrides, batch, says", [
+    (["backend=trtllm", "scheduler=trtllm", "cluster.tensor_parallel_size=8"],
+     "decode:33x1000", "none for this step; the host launches its"),
+    (["backend=trtllm", "scheduler=trtllm", "cluster.tensor_parallel_size=8"],
+     "decode:32x1000", "replays the one captured for 32 tokens"),
+    ([], "decode:9x1000", "replays the one captured for 16 tokens (padded from 9)"),
+    ([], "prefill:1x4096", "none for this step; it runs compiled code"),
+])
+def test_the_report_says_which_cuda_graph_the_step_replays(compose_cfg, overrides, batch,
+                                                           says):
+    cfg = plain(compose_cfg("model=llama3_8b", *overrides))
+    _, totals = operator_table(cfg, *batch_arrays(parse_batch(batch)))
+    assert totals["graph"].startswith("CUDA graph: ") and says in totals["graph"]
+
+
 @pytest.mark.parametrize("args, field", [
     (["batch=decode:64x"], "batch"),
     (["batch=prefill:1x4096@"], "batch"),
