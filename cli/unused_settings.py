@@ -20,6 +20,7 @@ from sim.config.diffusion_cluster import (
     DiffusionParallelConfig,
     cluster_kind,
 )
+from sim.cost.cuda_graphs import runs_eager_code
 from sim.schedulers import SCHEDULERS
 
 # workload fields read only under some arrival processes
@@ -92,9 +93,8 @@ def unused_settings(cfg) -> list[str]:
                 out.append(f"{p} is ignored: workload.sharegpt draws the lengths (set "
                            f"workload.sharegpt.{length}_mean)")
     b = cfg.backend
-    if getattr(b, "eager_launch_us", None) is not None and not b.enforce_eager \
-            and b.name == "vllm":
-        # TensorRT-LLM's and SGLang's steps without a graph run eager (sim.cost.cuda_graphs)
+    if getattr(b, "eager_launch_us", None) is not None \
+            and not runs_eager_code(b.name, b.enforce_eager):
         out.append(f"backend.eager_launch_us={b.eager_launch_us} is ignored: "
                    "backend.enforce_eager=false (vLLM's CUDA graphs and compiled code launch "
                    "the kernels)")

@@ -114,10 +114,11 @@ def build_cost_model(cfg) -> CostModel:
     graphs = capture_sizes(b.name, sched.max_num_seqs, sched.max_num_batched_tokens,
                            cl.tensor_parallel_size, eager, getattr(b, "cuda_graph_max_bs", None),
                            getattr(b, "cuda_graph_batch_sizes", None))
+    # warn of an uncalibrated launch time only where the user asked for eager steps
+    warning = ("backend.enforce_eager steps pay no kernel-launch time (backend.eager_launch_us "
+               "sets it)") if eager else None
     launch_s = eager_launch_s(cfg.hardware.calibration, getattr(b, "eager_launch_us", None),
-                              "backend.enforce_eager steps pay no kernel-launch time "
-                              "(backend.eager_launch_us sets it)" if eager else None
-                              ) if graphs.eager else 0.0
+                              warning) if graphs.eager else 0.0
     hw = scaled_compute(cfg.hardware, compute_scale(c, doc))
     return RooflineCostModel(cfg.model, hw, cl.tensor_parallel_size,
                              kv_dtype_bytes(cfg.model, cfg.kv_cache), eff,

@@ -68,6 +68,12 @@ class CudaGraphs:
 
 
 TRTLLM_SIZES = (*range(1, 32), 32, 64, 128)  # CudaGraphConfig's, enable_padding off
+EAGER_MODEL_CODE = ("sglang", "trtllm")  # backends whose steps without a graph run eager
+
+
+def runs_eager_code(backend: str, enforce_eager: bool = False) -> bool:
+    """Whether some steps of ``backend`` launch their kernels one by one (module doc)."""
+    return enforce_eager or backend in EAGER_MODEL_CODE
 
 
 def capture_sizes(backend: str, max_num_seqs: int, max_num_batched_tokens: int, tp: int,
@@ -77,7 +83,7 @@ def capture_sizes(backend: str, max_num_seqs: int, max_num_batched_tokens: int, 
     (``backend.cuda_graph_batch_sizes``) replaces its default sizes."""
     given = tuple(sorted({int(v) for v in batch_sizes})) if batch_sizes else None
     if enforce_eager:
-        return CudaGraphs(eager=True)
+        return CudaGraphs(eager=runs_eager_code(backend, enforce_eager))
     if backend == "vllm":
         top = min(2 * max_num_seqs, 512)
         # sizes above the step's token budget are dropped, given or default
@@ -89,5 +95,6 @@ def capture_sizes(backend: str, max_num_seqs: int, max_num_batched_tokens: int, 
         default = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
                    *range(512, max_bs + 1, 32)]
         sizes = given or tuple(s for s in default if s <= max_bs)
-        return CudaGraphs(sizes, decode_only=True, eager=True)
-    return CudaGraphs(given or TRTLLM_SIZES, decode_only=True, pad=False, eager=True)
+        return CudaGraphs(sizes, decode_only=True, eager=runs_eager_code(backend))
+    return CudaGraphs(given or TRTLLM_SIZES, decode_only=True, pad=False,
+                      eager=runs_eager_code(backend))

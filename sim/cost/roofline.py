@@ -302,7 +302,8 @@ class RooflineCostModel:
             parts = [[p[:, None] for p in self._micro_batch_parts(n[mb], c[mb])] for mb in mbs]
             layers = makespan(parts, self.pp)[0][:, 0]
             send_s = self._send_time(max(int(n[mb].sum()) for mb in mbs))
-        kernels = self.launches(self.graph_tokens(n), True, bool(((n == 1) & (c > 0)).any()))
+        kernels = self.launches(self.graph_tokens(n), True, bool(((n == 1) & (c > 0)).any())
+                                ) if self.eager_launch_s else 0
         return StepCost(*(float(a) for a in self._finish(layers, S, new_requests(c), T,
                                                          self._head(T, S), send_s, kernels)))
 
@@ -321,7 +322,8 @@ class RooflineCostModel:
             mbs = micro_batches(S, self.pp)
             layers = makespan([self._window_parts(c[mb], k) for mb in mbs], self.pp)[0]
             send_s = self._send_time(len(c[mbs[0]]))
-        kernels = self.launches(self.graph_tokens(np.ones(S, np.int64)), False, True)
+        kernels = self.launches(S if self.pp == 1 else max(len(c[mb]) for mb in mbs), False,
+                                True) if self.eager_launch_s else 0
         time, compute, memory, comm, host = self._finish(layers, S, 0, S, self._head(S, S),
                                                          send_s, kernels)
         return time, compute, memory, comm, np.broadcast_to(host, (k,)).astype(float)
