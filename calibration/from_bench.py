@@ -103,8 +103,7 @@ def run(cfg, outdir: Path) -> dict:
     fit = frontend_fit.fit_frontend(runs, cfg.backend, cfg.hardware, max_evals=cfg.max_evals,
                                     n_jobs=cfg.n_jobs, held_out_runs=held, host_ms=host_ms,
                                     compute_scale=1.0 if cfg.fit_compute else None,
-                                    admission=(doc.get("frontend") or {}).get("admission",
-                                                                              "fifo"))
+                                    discipline=doc.get("frontend") or {})
     print(format_split_tables({"before": fit["before"], "after": fit["after"]}, "the fit"))
     out = Path(cfg.out) if cfg.out else outdir / f"{cfg.backend}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)

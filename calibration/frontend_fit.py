@@ -40,6 +40,13 @@ MISS = 3.0  # the residual of a run the trial could not simulate (a factor of e^
 F_SCALE = 0.2  # soft-L1 scale: a log error past 0.2 (22%) counts less than squared
 
 
+def discipline_of(frontend: dict) -> dict:
+    """How a ``frontend:`` block's server admits requests and streams tokens (its
+    ``admission`` and ``streaming``, ``sim.engine.frontend``; fifo and shared where unsaid)."""
+    return {"admission": frontend.get("admission", "fifo"),
+            "streaming": frontend.get("streaming", "shared")}
+
+
 class _OutOfTrials(Exception):
     """The fit has simulated as many trials as it may."""
 
@@ -93,20 +100,22 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
                  held_out_fraction: float = 0.3, seed: int = 0, max_evals: int = 40,
                  n_jobs: int = 2, log=print, held_out_runs: set[str] | None = None,
                  host_ms: float | None = None, compute_scale: float | None = None,
-                 held_out: list[str] | None = None, admission: str = "fifo") -> dict:
+                 held_out: list[str] | None = None, discipline: dict | None = None) -> dict:
     """Fit ``backend``'s frontend on its simulatable runs of the models not held out (or,
     with ``held_out_runs``, on the runs not named there); the fitted costs, the split, and
     the per-run tables before (every cost 0, the calibrated host and compute speed) and
     after. The held-out models are ``held_out`` where given (a split kept from an earlier
-    fit), else drawn (``held_out_fraction``, ``seed``). ``admission``: the frontend's
-    discipline the costs are fitted under (``sim.engine.frontend``). ``host_ms``: also fit
+    fit), else drawn (``held_out_fraction``, ``seed``). ``discipline``: the frontend's
+    admission and streaming the costs are fitted under (``discipline_of``; default fifo,
+    shared). ``host_ms``: also fit
     the per-step host overhead (``cost_model.host_overhead_ms``), from that value;
     ``compute_scale``: also fit the compute speed, from that value, within
     ``SCALE_BOUNDS``."""
     plans = {r.id: plan_run(r, hardware) for r in runs if r.backend == backend}
     mine = [r for r in runs if r.id in plans and not plans[r.id]["reason"]]
     models = {r.id: plans[r.id]["model"] for r in mine}
-    more = (f"backend.frontend.admission={admission}",)
+    discipline = discipline_of(discipline or {})
+    more = tuple(f"backend.frontend.{k}={v}" for k, v in discipline.items())
     if held_out_runs is None:
         held = (sorted(held_out) if held_out is not None else
                 held_out_models(list(models.values()), held_out_fraction, seed))
@@ -156,7 +165,7 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
     for t in (before, after):
         t["split"] = np.where(t["id"].map(is_held), "held_out", "train")
     return {"backend": backend, "costs": {k: fitted[k] for k in FRONTEND_KEYS},
-            "admission": admission,
+            "discipline": discipline,
             "host_overhead_ms": fitted.get("host_overhead_ms"),
             "compute_scale": fitted.get("compute_scale"),
             "held_out_models": held, "train_models": sorted(set(models.values()) - set(held)),
@@ -184,7 +193,7 @@ def frontend_block(fit: dict, data: str, fraction: float, seed: int,
     errors = split_errors(fit["after"])
     joint = ("" if fit.get("compute_scale") is None else
              f", jointly with the compute scale ({fit['compute_scale']}: the compute: block)")
-    return {**fit["costs"], "admission": fit.get("admission", "fifo"), "fitted": True,
+    return {**fit["costs"], **discipline_of(fit.get("discipline") or {}), "fitted": True,
             "fitted_on": date.today().isoformat(),
             "method": "scipy least_squares (soft-L1) on log(pred/meas) of mean and median "
                       "TTFT, request throughput, mean TPOT and mean ITL, every run replayed "

@@ -99,7 +99,7 @@ def run(cfg, outdir: Path) -> dict:
             fit = fronts[b] = frontend_fit.fit_frontend(
                 runs, b, cfg.hardware, cfg.held_out_fraction, cfg.seed, cfg.max_evals,
                 cfg.n_jobs, compute_scale=1.0 if cfg.fit_compute else None,
-                held_out=held, admission=shipped.get("admission", "fifo"))
+                held_out=held, discipline=shipped)
             block = frontend_fit.frontend_block(
                 fit, Path(cfg.gpustack_csv).name, cfg.held_out_fraction, cfg.seed,
                 split=None if held is None else shipped.get("split"))

@@ -111,16 +111,17 @@ class CompiledPool:
         # (time, creation stamp, request)
         # (a request is in it once at most: n + id is its entry through its replica's
         # frontend); and the frontends (sim.engine.frontend): per request its admission time and
-        # when it reached an engine, per replica when its server is free, and
-        # (per output token, latency, on, interleaved); under interleaved admission, per
+        # when it reached an engine, per replica when its server and its streaming process
+        # are free, and (per output token, latency, on, interleaved, own streaming process);
+        # under interleaved admission, per
         # replica the group arrived at this instant (first, last, admission work summed in
         # arrival order) and per request the next member of its group
         c = run.cluster
         fe = c.frontend_costs
         front = (c.frontend_service_s, c.engine_arrival if c.engine_arrival is not None
-                 else np.zeros(t.size), np.zeros(R),
+                 else np.zeros(t.size), np.zeros((R, 2)),
                  np.array([fe.per_output_token_s, fe.latency_s, float(not fe.is_wire),
-                           float(fe.interleaved)]),
+                           float(fe.interleaved), float(fe.own_stream_process)]),
                  np.full((R, 2), -1, np.int64), np.zeros(R), np.full(t.size, -1, np.int64))
         self.clients = (arr.next_of.astype(np.int64), np.asarray(arr.think, np.float64),
                         (np.zeros(t.size), np.zeros(t.size, np.int64),

@@ -14,6 +14,7 @@ from sim.errors import ConfigError
 
 BACKENDS = ("vllm", "sglang", "trtllm")
 ADMISSIONS = ("fifo", "interleaved")  # the API server's admission disciplines (sim.engine.frontend)
+STREAMINGS = ("shared", "own_process")  # which process streams tokens (sim.engine.frontend)
 
 
 @dataclass
@@ -28,6 +29,10 @@ class FrontendConfig:
     # fifo: one request after another; interleaved: one instant's arrivals admitted together,
     # as an asyncio API server does (sim.engine.frontend); null: the calibrated file's
     admission: str | None = None
+    # shared: the API server that admits requests also detokenizes and streams (vLLM,
+    # TensorRT-LLM); own_process: a process of its own does (SGLang's DetokenizerManager), so
+    # admissions and streamed tokens do not queue behind each other; null: the calibrated file's
+    streaming: str | None = None
 
 
 @dataclass
@@ -99,6 +104,10 @@ def check_backend(b: BackendConfig) -> None:
     if admission is not None and admission not in ADMISSIONS:
         raise ConfigError("backend.frontend.admission", admission,
                           f"null (the calibrated file's) or one of {list(ADMISSIONS)}")
+    streaming = getattr(frontend, "streaming", None)
+    if streaming is not None and streaming not in STREAMINGS:
+        raise ConfigError("backend.frontend.streaming", streaming,
+                          f"null (the calibrated file's) or one of {list(STREAMINGS)}")
 
 
 # (group, schema name, dataclass) registered with Hydra by ``conf.schema``

@@ -11,11 +11,17 @@ client when the engine samples it. Both pass the replica's API server process:
   (vLLM: the ``output_handler`` loop → ``OutputProcessor.process_outputs``; SGLang: the
   detokenizer and the tokenizer manager's streaming): a part per streamed token.
 
-One process does both (``vllm serve`` starts one API server by default, ``--api-server-count
-1``), so it is one server: a burst of 1,000 requests queues there before the engine sees
-them, and while it streams 1,000 running requests' tokens it admits new ones more slowly. Its
-time adds to TTFT, ITL and end-to-end latency without taking engine time (the engine core runs
-in its own process). ``latency_ms`` is the request path's fixed delay that occupies no server
+Where one process does both (``streaming: shared``: vLLM, whose ``vllm serve`` starts one API
+server by default, ``--api-server-count 1``; ``trtllm-serve``, whose ``num_postprocess_workers``
+is 0 by default), it is one server: a burst of 1,000 requests queues there before the engine
+sees them, and while it streams 1,000 running requests' tokens it admits new ones more
+slowly. Where a process of its own detokenizes (``streaming: own_process``: SGLang's
+``DetokenizerManager``, started beside the ``TokenizerManager`` by ``launch_server``), the
+tokens of a step are streamed by that server, and admissions and streaming do not queue
+behind each other: the first token of a burst's early request reaches its client while the
+burst's later requests are still being tokenized. Its time adds to TTFT, ITL and end-to-end
+latency without taking engine time (the engine core runs in its own process).
+``latency_ms`` is the request path's fixed delay that occupies no server
 (the hops between the HTTP layer, the API server and the engine core).
 
 How a burst passes it is the ``admission`` discipline (docs/fidelity.md, "The frontend"):
@@ -49,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config.backend import ADMISSIONS
+from sim.config.backend import ADMISSIONS, STREAMINGS
 
 FRONTEND_KEYS = ("per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms")
 
@@ -65,6 +71,8 @@ class FrontendCosts:
     latency_s: float = 0.0
     # the requests that arrive at one instant are admitted together (module docstring)
     interleaved: bool = False
+    # a process of its own detokenizes and streams (module docstring)
+    own_stream_process: bool = False
 
     @property
     def is_wire(self) -> bool:
@@ -79,18 +87,23 @@ class FrontendCosts:
                 "per_prompt_token_us": self.per_prompt_token_s * 1e6,
                 "per_output_token_us": self.per_output_token_s * 1e6,
                 "latency_ms": self.latency_s * 1e3,
-                "admission": "interleaved" if self.interleaved else "fifo"}
+                "admission": "interleaved" if self.interleaved else "fifo",
+                "streaming": "own_process" if self.own_stream_process else "shared"}
 
     @classmethod
     def from_units(cls, per_request_ms: float = 0.0, per_prompt_token_us: float = 0.0,
                    per_output_token_us: float = 0.0, latency_ms: float = 0.0,
-                   admission: str = "fifo") -> FrontendCosts:
-        """From the config's units (ms, µs per prompt token, µs per output token, ms) and
-        admission discipline (``fifo`` or ``interleaved``)."""
+                   admission: str = "fifo", streaming: str = "shared") -> FrontendCosts:
+        """From the config's units (ms, µs per prompt token, µs per output token, ms),
+        admission discipline (``fifo`` or ``interleaved``) and streaming process (``shared``
+        or ``own_process``)."""
         if admission not in ADMISSIONS:
             raise ValueError(f"frontend admission {admission!r}: one of {list(ADMISSIONS)}")
+        if streaming not in STREAMINGS:
+            raise ValueError(f"frontend streaming {streaming!r}: one of {list(STREAMINGS)}")
         return cls(per_request_ms * 1e-3, per_prompt_token_us * 1e-6,
-                   per_output_token_us * 1e-6, latency_ms * 1e-3, admission == "interleaved")
+                   per_output_token_us * 1e-6, latency_ms * 1e-3, admission == "interleaved",
+                   streaming == "own_process")
 
     def service_times(self, prompt_tokens: np.ndarray) -> np.ndarray:
         """The API server's time to take in each request (s)."""
@@ -108,6 +121,8 @@ class FrontendServer:
         ``engine_arrival``: the run's column of when requests reach an engine (filled here)."""
         self.costs, self.service_s, self.engine_arrival = costs, service_s, engine_arrival
         self.free_at = 0.0  # when the server finishes what it has been given so far
+        # when the streaming process does (the same server unless it has its own)
+        self.stream_free_at = 0.0
         self.group: list[int] = []  # interleaved: this instant's arrivals, not yet admitted
         self.group_work = 0.0  # their admission times, summed in arrival order
 
@@ -146,6 +161,16 @@ class FrontendServer:
         """A step ending at ``now`` sampled ``tokens`` tokens: when the clients see them."""
         if not tokens:
             return now
+        if self.costs.own_stream_process:
+            done = max(now, self.stream_free_at) + self.costs.per_output_token_s * tokens
+            self.stream_free_at = done
+            return done
         done = max(now, self.free_at) + self.costs.per_output_token_s * tokens
         self.free_at = done
         return done
+
+    @property
+    def busy_until(self) -> float:
+        """When the server, and its streaming process if it has one, finish what they have
+        been given so far."""
+        return max(self.free_at, self.stream_free_at)

@@ -209,7 +209,7 @@ class InvariantChecker:
         # of the step end it stamps
         now += 1e-12 * max(1.0, abs(now))
         # what clients see is stamped when a frontend has streamed it, up to its free time
-        seen = max([now] + [rep.frontend.free_at for p in self.cluster.pools
+        seen = max([now] + [rep.frontend.busy_until for p in self.cluster.pools
                             for rep in p.replicas if rep.frontend is not None])
         for what, x in chain[1:]:
             if what in ("first_token", "last_token", "completion"):

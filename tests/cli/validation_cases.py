@@ -146,6 +146,8 @@ CASES: dict[str, Case] = {
                            expect=("backend.frontend.per_request_ms=-1",)),
     "frontend_admission": C("backend.frontend.admission=lifo",
                             expect=("backend.frontend.admission='lifo'",)),
+    "frontend_streaming": C("backend.frontend.streaming=threads",
+                            expect=("backend.frontend.streaming='threads'",)),
     "eager_launch_negative": C("backend.eager_launch_us=-1",
                                expect=("backend.eager_launch_us=-1",)),
     "cuda_graph_max_bs_zero": C("backend.cuda_graph_max_bs=0",

@@ -54,6 +54,26 @@ def test_streaming_delays_admissions_behind_it():
     assert server.stream(2.0, 0) == 2.0  # a step that sampled nothing streams nothing
 
 
+def test_a_streaming_process_of_its_own_neither_delays_nor_waits_for_admissions():
+    """SGLang's detokenizer runs in its own process: an admission sent while a step's tokens
+    stream is not delayed, a step's tokens do not wait behind a burst's admissions, and
+    the streamed steps queue among themselves."""
+    costs = FrontendCosts.from_units(per_request_ms=1, per_output_token_us=100,
+                                     streaming="own_process")
+    server = FrontendServer(costs, costs.service_times(np.full(50, 10)), np.zeros(50))
+    assert server.stream(1.0, 50) == pytest.approx(1.005)
+    assert server.admit(0, 1.001) == pytest.approx(1.002)  # not behind the streaming
+    for rid in range(1, 50):  # a burst of 49: the server admits until 1.051
+        server.admit(rid, 1.002)
+    assert server.stream(1.003, 10) == pytest.approx(1.006)  # behind the first stream only
+    assert server.busy_until == pytest.approx(1.051)
+    shared = FrontendCosts.from_units(per_request_ms=1, per_output_token_us=100)
+    one = FrontendServer(shared, shared.service_times(np.full(50, 10)), np.zeros(50))
+    for rid in range(50):
+        one.admit(rid, 1.0)
+    assert one.stream(1.003, 10) == pytest.approx(1.051)  # one server: behind the burst
+
+
 def test_frontend_costs_come_from_the_config_or_the_calibrated_file(compose_cfg):
     cfg = compose_cfg("backend.frontend.per_request_ms=4")
     costs = build_frontend_costs(cfg)
@@ -63,6 +83,11 @@ def test_frontend_costs_come_from_the_config_or_the_calibrated_file(compose_cfg)
     assert not constant.interleaved
     assert costs.interleaved  # the calibrated file's admission
     assert not build_frontend_costs(compose_cfg("backend.frontend.admission=fifo")).interleaved
+    assert not costs.own_stream_process  # vLLM's API server streams
+    assert build_frontend_costs(compose_cfg("backend=sglang")).own_stream_process
+    assert not build_frontend_costs(compose_cfg("backend=sglang",
+                                                "backend.frontend.streaming=shared")
+                                    ).own_stream_process
 
 
 @pytest.mark.parametrize("admission", ["fifo", "interleaved"])

@@ -353,15 +353,16 @@ def test_host_costs_are_the_same_in_both_engines(tiny_config, requests, kv):
     assert (a.timeline["host_s"] > 0.4e-3 + 20e-6).all()
 
 
-@pytest.mark.parametrize("admission", ["fifo", "interleaved"])
+@pytest.mark.parametrize("admission,streaming", [("fifo", "shared"), ("interleaved", "shared"),
+                                                 ("fifo", "own_process")])
 @pytest.mark.parametrize("replicas", [1, 3])
 @pytest.mark.parametrize("case", ["burst", "closed_loop", "streaming_only", "latency_only"])
 def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, replicas,
-                                              admission):
+                                              admission, streaming):
     """Each replica's API server (``sim.engine.frontend``): a burst queues there (one by one,
     or one instant's arrivals together), streaming delays what clients see and the admissions
-    behind it, closed-loop clients send their next request once they saw the end; requests
-    too long to serve are refused before it."""
+    behind it (unless a process of its own streams), closed-loop clients send their next
+    request once they saw the end; requests too long to serve are refused before it."""
     rng = np.random.default_rng(7)
     cfg = tiny_config("vllm", roofline=True, max_seqs=6, budget=128)
     cfg.cluster = replace(cfg.cluster, replicas=replicas, router="least_outstanding")
@@ -373,7 +374,8 @@ def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, repli
     zero = dict.fromkeys(("per_request_ms", "per_prompt_token_us", "per_output_token_us",
                           "latency_ms"), 0.0)  # what a case leaves out costs nothing
     cfg.backend = replace(cfg.backend, frontend=FrontendConfig(**(zero | costs),
-                                                               admission=admission))
+                                                               admission=admission,
+                                                               streaming=streaming))
     n = 90
     outputs = rng.integers(1, 40, n)
     outputs[rng.random(n) < 0.05] = 1000  # exceeds max_model_len: refused at once
@@ -388,9 +390,11 @@ def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, repli
     assert_same_records(a, b)
     r = a.requests[a.requests["status"] == "completed"]
     waited = r["engine_arrival_s"] - r["arrival_s"]
-    assert (waited > 0).any() and (waited >= 0).all()  # (behind streaming, too)
+    assert (waited >= 0).all()
     if case != "streaming_only":
         assert (waited > 0).all()
+    else:  # only behind streaming, and only where the admitting server streams
+        assert (waited > 0).any() == (streaming == "shared")
     assert (r["first_scheduled_s"] >= r["engine_arrival_s"]).all()
     if case == "burst" and replicas == 1 and admission == "fifo":
         # FIFO behind streaming, never faster than alone
