@@ -52,7 +52,13 @@ import sim.kv.budget as memory
 from analysis.inputs import output_file
 from analysis.roofline_chart import write_roofline_chart
 from cli.preflight import compose_or_exit
-from sim.builders import build_cost_model, check_config, plain, replica_memory_budget
+from sim.builders import (
+    build_cost_model,
+    build_frontend_costs,
+    check_config,
+    plain,
+    replica_memory_budget,
+)
 from sim.cost import RooflineCostModel
 from sim.errors import ConfigError, OutputError, report_error
 from sim.kv.build import kv_blocks
@@ -154,6 +160,7 @@ def operator_table(cfg, new: np.ndarray, ctx: np.ndarray) -> tuple[pd.DataFrame,
     step = model.step_cost(new, ctx)
     totals = {"step_ms": total * 1e3, "bound": step.bound, "tokens": int(new.sum()),
               "graph": cuda_graph_line(model, new, ctx),
+              "frontend": frontend_line(cfg, len(new)),
               "sequences": len(new), "balance": {d: p / bw for d, p in roofs.items()},
               "peaks": roofs, "bandwidth": bw, "dtypes_reported": all(reported)}
     return t, totals
@@ -180,6 +187,25 @@ def cuda_graph_line(model, new: np.ndarray, ctx: np.ndarray) -> str:
         return ("CUDA graph: none for this step; its kernel launches are not priced (no "
                 "launch time for this GPU: backend.eager_launch_us)")
     return "CUDA graph: none for this step; it runs compiled code (launches not priced)"
+
+
+def frontend_line(cfg, sequences: int) -> str:
+    """What the replica's API server adds around the engine (``sim.engine.frontend``): each
+    request's admission and path to the engine, and each streamed token, with the time to
+    stream one token of each of this step's ``sequences``; empty where it costs nothing."""
+    fe = build_frontend_costs(cfg)
+    if fe.is_wire:
+        return ""
+    admission = ("one instant's arrivals together" if fe.interleaved else
+                 "one after another")
+    streamer = ("a process of its own" if fe.own_stream_process else
+                "the same server, so streaming and admissions queue behind each other")
+    return (f"API server: {fe.per_request_s * 1e3:.2f} ms + {fe.per_prompt_token_s * 1e6:.2f} "
+            f"us per prompt token to admit a request ({admission}), "
+            f"{fe.latency_s * 1e3:.1f} ms more to reach the engine; "
+            f"{fe.per_output_token_s * 1e6:.0f} us per streamed token in {streamer} "
+            f"({sequences * fe.per_output_token_s * 1e3:.2f} ms for one token of each of "
+            f"this step's {sequences} sequences)")
 
 
 def kv_footprint(cfg) -> dict:
@@ -295,8 +321,7 @@ def format_report(cfg, table: pd.DataFrame, totals: dict, kv: dict, plan: dict |
     with pd.option_context("display.width", 140, "display.float_format", "{:,.2f}".format):
         lines.append(table[cols].to_string(index=False, na_rep="-"))
     lines.append(f"step time {totals['step_ms']:.3f} ms, mostly {totals['bound']}-bound")
-    if totals.get("graph"):
-        lines.append(totals["graph"])
+    lines += [totals[k] for k in ("graph", "frontend") if totals.get(k)]
     lines += ["", f"KV cache: {kv['kv_bytes_per_token']:,} bytes per token per GPU"]
     if kv.get("state_bytes_per_request"):
         lines.append(f"per-request state: at most {kv['state_bytes_per_request']:,} bytes per "
