@@ -40,7 +40,10 @@ INFERENCEX_RANGE_RATIO = 0.8
 #   (its templates' default). A step holds the batch's decodes and about one new prompt, not
 #   the engine default's 8,192 tokens of prompts. CUDA graphs captured for every batch size
 #   up to batch_size (``rule_plugin/benchmark/{trtllm,vllm}.rule``: ``cuda_graph_batch_sizes =
-#   range(1, max_batch_size + 1)``), so every decode batch replays one.
+#   range(1, max_batch_size + 1)``), so every decode batch replays one. TensorRT-LLM keeps 80%
+#   of the free memory for its KV cache, not the engine's 90% (``backend_templates/trtllm/
+#   extra_engine_args.<version>.yaml.j2``: ``free_gpu_memory_fraction: {{ ... | default(0.80)
+#   }}``, every version from 0.20.0 and 1.0.0rc3 on).
 # - the API server is Dynamo's frontend (``python3 -m dynamo.frontend`` in front of the
 #   workers; 20 of these rows name a Dynamo image), a Rust server that tokenizes and streams
 #   on one Tokio worker thread per core: it does not queue a burst or a step's tokens behind
@@ -51,6 +54,7 @@ INFERENCEX_RANGE_RATIO = 0.8
 # SGLang rows were deployed is not known: they keep the engine's defaults and API server.
 _GAP_ANALYSIS = "aic-auto-gap-analysis"
 GENERATOR_SPARE_TOKENS = 1500
+GENERATOR_TRTLLM_KV_FRACTION = 0.8
 GENERATED_BACKENDS = ("trtllm", "vllm")
 NO_FRONTEND = [f"backend.frontend.{key}=0" for key in
                ("per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms")]
@@ -110,7 +114,8 @@ def generated_deployment_overrides(row: dict, backend: str, isl: int, osl: int) 
     limits = [f"scheduler.max_num_batched_tokens={batch + isl + GENERATOR_SPARE_TOKENS}"]
     if backend == "trtllm":
         # unchunked, every prompt must fit the token budget; the row's longest sequence does
-        limits += ["scheduler.enable_chunked_prefill=false", f"scheduler.max_model_len={isl + osl}"]
+        limits += ["scheduler.enable_chunked_prefill=false", f"scheduler.max_model_len={isl + osl}",
+                   f"kv_cache.gpu_memory_utilization={GENERATOR_TRTLLM_KV_FRACTION}"]
     graphs = f"backend.cuda_graph_batch_sizes=[{','.join(map(str, range(1, batch + 1)))}]"
     return [f"scheduler.max_num_seqs={batch}", *limits, graphs, *NO_FRONTEND]
 

@@ -130,8 +130,9 @@ def test_inferencex_rows_draw_their_lengths_as_its_client_does():
 
 def test_gap_analysis_rows_run_the_generated_deployment():
     """aiconfigurator's gap-analysis rows ran what its generator wrote for the row's batch size:
-    budget batch + isl + 1500, TensorRT-LLM unchunked, CUDA graphs for every batch size up to
-    it, behind Dynamo's frontend (not modelled: a wire). Not SGLang's (no generator before its
+    budget batch + isl + 1500, TensorRT-LLM unchunked with 80% of its free memory for the KV
+    cache, CUDA graphs for every batch size up to it, behind Dynamo's frontend (not modelled:
+    a wire). Not SGLang's (no generator before its
     version), nor rows with more clients than the batch, nor other sources."""
     gap = "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/v/q.csv; " \
           "silicon_concurrency=16"
@@ -145,8 +146,9 @@ def test_gap_analysis_rows_run_the_generated_deployment():
     assert {"scheduler.max_num_seqs=16", "scheduler.max_num_batched_tokens=2516"} | wire <= \
         set(plans.loc["vllm", "overrides"])
     assert {"scheduler.max_num_seqs=16", "scheduler.max_num_batched_tokens=2516",
-            "scheduler.enable_chunked_prefill=false", "scheduler.max_model_len=1100"} | wire <= \
-        set(plans.loc["trtllm", "overrides"])
+            "scheduler.enable_chunked_prefill=false", "scheduler.max_model_len=1100",
+            "kv_cache.gpu_memory_utilization=0.8"} | wire <= set(plans.loc["trtllm", "overrides"])
+    assert "kv_cache.gpu_memory_utilization=0.8" not in plans.loc["vllm", "overrides"]
     graphs = f"backend.cuda_graph_batch_sizes=[{','.join(map(str, range(1, 17)))}]"
     assert graphs in plans.loc["vllm", "overrides"] and graphs in plans.loc["trtllm",
                                                                               "overrides"]
