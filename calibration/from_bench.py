@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -33,7 +34,7 @@ from calibration.bench_runs import read_result_file
 from calibration.config import command_main, compose_command
 from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
-from sim.config.backend import BACKENDS
+from sim.config.backend import BACKENDS, FRONTEND_CHOICES, frontend_discipline
 from sim.errors import ConfigError
 
 
@@ -89,6 +90,14 @@ def deployment_overrides(cfg) -> list[str]:
             "plots=false", "progress=false", *engine, *cfg.overrides]
 
 
+def user_discipline(overrides) -> SimpleNamespace:
+    """The frontend's admission and streaming as the user's ``overrides`` set them (None where
+    they do not), which the fit keeps rather than the calibrated file's."""
+    keys = {f"backend.frontend.{k}": k for k in FRONTEND_CHOICES}
+    given = {keys[k]: v for k, _, v in (str(o).partition("=") for o in overrides) if k in keys}
+    return SimpleNamespace(**{k: given.get(k) for k in FRONTEND_CHOICES})
+
+
 def run(cfg, outdir: Path) -> dict:
     """Read, fit, report and write; the fit's summary."""
     runs = [read_result_file(p, cfg.backend, cfg.model) for p in cfg.results]
@@ -103,7 +112,9 @@ def run(cfg, outdir: Path) -> dict:
     fit = frontend_fit.fit_frontend(runs, cfg.backend, cfg.hardware, max_evals=cfg.max_evals,
                                     n_jobs=cfg.n_jobs, held_out_runs=held, host_ms=host_ms,
                                     compute_scale=1.0 if cfg.fit_compute else None,
-                                    discipline=doc.get("frontend") or {})
+                                    discipline=frontend_discipline(
+                                        cfg.backend, doc.get("frontend") or {},
+                                        user_discipline(cfg.overrides)))
     print(format_split_tables({"before": fit["before"], "after": fit["after"]}, "the fit"))
     out = Path(cfg.out) if cfg.out else outdir / f"{cfg.backend}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)

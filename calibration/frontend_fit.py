@@ -25,6 +25,7 @@ from scipy.optimize import least_squares
 
 from calibration.bench_replay import error_table, plan_run, replay
 from calibration.bench_runs import BenchRun
+from sim.config.backend import frontend_discipline
 from sim.engine.frontend import FRONTEND_KEYS
 
 FIT_METRICS = ("mean_ttft_ms", "median_ttft_ms", "request_throughput", "mean_tpot_ms",
@@ -38,13 +39,6 @@ OVERRIDES = {**{k: f"backend.frontend.{k}" for k in FRONTEND_KEYS},
              "compute_scale": "cost_model.compute_scale"}
 MISS = 3.0  # the residual of a run the trial could not simulate (a factor of e^3)
 F_SCALE = 0.2  # soft-L1 scale: a log error past 0.2 (22%) counts less than squared
-
-
-def discipline_of(frontend: dict) -> dict:
-    """How a ``frontend:`` block's server admits requests and streams tokens (its
-    ``admission`` and ``streaming``, ``sim.engine.frontend``; fifo and shared where unsaid)."""
-    return {"admission": frontend.get("admission", "fifo"),
-            "streaming": frontend.get("streaming", "shared")}
 
 
 class _OutOfTrials(Exception):
@@ -106,15 +100,15 @@ def fit_frontend(runs: list[BenchRun], backend: str, hardware: str = "h100_sxm",
     the per-run tables before (every cost 0, the calibrated host and compute speed) and
     after. The held-out models are ``held_out`` where given (a split kept from an earlier
     fit), else drawn (``held_out_fraction``, ``seed``). ``discipline``: the frontend's
-    admission and streaming the costs are fitted under (``discipline_of``; default fifo,
-    shared). ``host_ms``: also fit
+    admission and streaming the costs are fitted under (default: the engine's,
+    ``sim.config.backend.frontend_discipline``). ``host_ms``: also fit
     the per-step host overhead (``cost_model.host_overhead_ms``), from that value;
     ``compute_scale``: also fit the compute speed, from that value, within
     ``SCALE_BOUNDS``."""
     plans = {r.id: plan_run(r, hardware) for r in runs if r.backend == backend}
     mine = [r for r in runs if r.id in plans and not plans[r.id]["reason"]]
     models = {r.id: plans[r.id]["model"] for r in mine}
-    discipline = discipline_of(discipline or {})
+    discipline = frontend_discipline(backend, discipline or {})
     more = tuple(f"backend.frontend.{k}={v}" for k, v in discipline.items())
     if held_out_runs is None:
         held = (sorted(held_out) if held_out is not None else
@@ -193,7 +187,7 @@ def frontend_block(fit: dict, data: str, fraction: float, seed: int,
     errors = split_errors(fit["after"])
     joint = ("" if fit.get("compute_scale") is None else
              f", jointly with the compute scale ({fit['compute_scale']}: the compute: block)")
-    return {**fit["costs"], **discipline_of(fit.get("discipline") or {}), "fitted": True,
+    return {**fit["costs"], **fit["discipline"], "fitted": True,
             "fitted_on": date.today().isoformat(),
             "method": "scipy least_squares (soft-L1) on log(pred/meas) of mean and median "
                       "TTFT, request throughput, mean TPOT and mean ITL, every run replayed "

@@ -192,7 +192,8 @@ def cuda_graph_line(model, new: np.ndarray, ctx: np.ndarray) -> str:
 def frontend_line(cfg, sequences: int) -> str:
     """What the replica's API server adds around the engine (``sim.engine.frontend``): each
     request's admission and path to the engine, and each streamed token, with the time to
-    stream one token of each of this step's ``sequences``; empty where it costs nothing."""
+    stream one token of each of this step's ``sequences`` (at most: a prefill chunk that does
+    not end its prompt samples none); empty where it costs nothing."""
     fe = build_frontend_costs(cfg)
     if fe.is_wire:
         return ""
@@ -204,8 +205,8 @@ def frontend_line(cfg, sequences: int) -> str:
             f"us per prompt token to admit a request ({admission}), "
             f"{fe.latency_s * 1e3:.1f} ms more to reach the engine; "
             f"{fe.per_output_token_s * 1e6:.0f} us per streamed token in {streamer} "
-            f"({sequences * fe.per_output_token_s * 1e3:.2f} ms for one token of each of "
-            f"this step's {sequences} sequences)")
+            f"(up to {sequences * fe.per_output_token_s * 1e3:.2f} ms for one token of each "
+            f"of this step's {sequences} sequences)")
 
 
 def kv_footprint(cfg) -> dict:

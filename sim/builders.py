@@ -19,7 +19,7 @@ from sim.config import (
     check_parallelism,
     check_scheduler,
 )
-from sim.config.backend import ADMISSIONS, STREAMINGS, overlaps
+from sim.config.backend import frontend_discipline, overlaps
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
 from sim.cost.compute_speed import compute_scale, scaled_compute
 from sim.cost.cuda_graphs import capture_sizes
@@ -83,17 +83,8 @@ def build_frontend_costs(cfg) -> FrontendCosts:
     for key in FRONTEND_KEYS:
         value = getattr(given, key, None)
         values[key] = float(calibrated.get(key, 0.0) if value is None else value)
-    # how it admits and streams: the config's choice, else the calibrated file's
-    for key, default, allowed in (("admission", "fifo", ADMISSIONS),
-                                  ("streaming", "shared", STREAMINGS)):
-        value = getattr(given, key, None)
-        if value is None:
-            value = calibrated.get(key, default)
-            if value not in allowed:
-                raise ConfigError(f"frontend.{key} of the calibrated file", value,
-                                  f"one of {list(allowed)}")
-        values[key] = value
-    return FrontendCosts.from_units(**values)
+    engine = cfg.backend.name if cfg.cost_model.name == "roofline" else None
+    return FrontendCosts.from_units(**values, **frontend_discipline(engine, calibrated, given))
 
 
 def host_costs(c, calibrated: dict) -> HostCosts:

@@ -47,6 +47,7 @@ DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED = range(6)
 NUM_STATE = 13
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
 ROUND_ROBIN, LEAST_OUTSTANDING = range(2)  # routers
+ADMITTING = 0  # a replica's frontend clock that admits (1: its streaming process, if its own)
 
 
 @njit(cache=True)
@@ -188,8 +189,8 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
         work[r] += service[rid]
         return
     if fe[2]:  # through replica r's frontend (``FrontendServer.admit``)
-        done = max(now, free[r, 0]) + service[rid]
-        free[r, 0] = done
+        done = max(now, free[r, ADMITTING]) + service[rid]
+        free[r, ADMITTING] = done
         at = done + fe[1]
         engine_arrival[rid] = at
         if at != now:
@@ -204,8 +205,8 @@ def _admit_group(r, now, t, clients, pool, st, cfg):
     the engine once the server has done the group's admission work
     (``Replica._admit_group``, ``FrontendServer.admit_group``)."""
     service, engine_arrival, free, fe, group, work, member_next = clients[3]
-    done = max(now, free[r, 0]) + work[r]
-    free[r, 0] = done
+    done = max(now, free[r, ADMITTING]) + work[r]
+    free[r, ADMITTING] = done
     at = done + fe[1]
     rid = group[r, 0]
     group[r, 0], group[r, 1], work[r] = -1, -1, 0.0
@@ -403,7 +404,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
                     q = bids[r, j]
                     sampled += t[2][q] + bnew[r, j] == t[1][q]
                 if sampled:  # by the admitting server, or a streaming process of its own
-                    k = int(fe[3][4])
+                    k = ADMITTING + int(fe[3][4])
                     seen = max(when, fe[2][r, k]) + fe[3][0] * sampled
                     fe[2][r, k] = seen
             done = S.update(seen, t, running[r], rs[r], rs[r, S.NB], bids[r], bnew[r], emit,

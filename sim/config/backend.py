@@ -15,6 +15,30 @@ from sim.errors import ConfigError
 BACKENDS = ("vllm", "sglang", "trtllm")
 ADMISSIONS = ("fifo", "interleaved")  # the API server's admission disciplines (sim.engine.frontend)
 STREAMINGS = ("shared", "own_process")  # which process streams tokens (sim.engine.frontend)
+# how each engine's API server takes in a burst and which process streams its tokens, read
+# from its source (docs/fidelity.md, "The frontend")
+ENGINE_FRONTEND = {"vllm": {"admission": "interleaved", "streaming": "shared"},
+                   "sglang": {"admission": "fifo", "streaming": "own_process"},
+                   "trtllm": {"admission": "interleaved", "streaming": "shared"}}
+FRONTEND_CHOICES = {"admission": ADMISSIONS, "streaming": STREAMINGS}
+
+
+def frontend_discipline(backend: str | None, calibrated: dict, given=None) -> dict[str, str]:
+    """How ``backend``'s API server admits requests and streams tokens: each of
+    ``FRONTEND_CHOICES`` from ``given`` (``backend.frontend``) where set, else from the
+    calibrated file's ``frontend:`` block (``calibrated``, what its costs were fitted under),
+    else the engine's (``ENGINE_FRONTEND``; backend None: fifo, shared). A calibrated file's
+    bad value is one error."""
+    out = {}
+    for key, allowed in FRONTEND_CHOICES.items():
+        value = getattr(given, key, None)
+        if value is None:
+            value = calibrated.get(key, ENGINE_FRONTEND.get(backend, {}).get(key, allowed[0]))
+            if value not in allowed:
+                raise ConfigError(f"frontend.{key} of the calibrated file", value,
+                                  f"one of {list(allowed)}")
+        out[key] = value
+    return out
 
 
 @dataclass
@@ -27,11 +51,12 @@ class FrontendConfig:
     per_output_token_us: float | None = None  # detokenize and stream, per streamed token
     latency_ms: float | None = None  # the request path's fixed delay (no server time)
     # fifo: one request after another; interleaved: one instant's arrivals admitted together,
-    # as an asyncio API server does (sim.engine.frontend); null: the calibrated file's
+    # as an asyncio API server does (sim.engine.frontend); null: the calibrated file's, else the
+    # engine's (ENGINE_FRONTEND)
     admission: str | None = None
     # shared: the API server that admits requests also detokenizes and streams (vLLM,
     # TensorRT-LLM); own_process: a process of its own does (SGLang's DetokenizerManager), so
-    # admissions and streamed tokens do not queue behind each other; null: the calibrated file's
+    # admissions and streamed tokens do not queue behind each other; null: as admission
     streaming: str | None = None
 
 
@@ -100,14 +125,11 @@ def check_backend(b: BackendConfig) -> None:
         value = getattr(frontend, key, None)
         if value is not None and not (value >= 0 and value < float("inf")):
             raise ConfigError(f"backend.frontend.{key}", value, "a finite number >= 0 or null")
-    admission = getattr(frontend, "admission", None)
-    if admission is not None and admission not in ADMISSIONS:
-        raise ConfigError("backend.frontend.admission", admission,
-                          f"null (the calibrated file's) or one of {list(ADMISSIONS)}")
-    streaming = getattr(frontend, "streaming", None)
-    if streaming is not None and streaming not in STREAMINGS:
-        raise ConfigError("backend.frontend.streaming", streaming,
-                          f"null (the calibrated file's) or one of {list(STREAMINGS)}")
+    for key, allowed in FRONTEND_CHOICES.items():
+        value = getattr(frontend, key, None)
+        if value is not None and value not in allowed:
+            raise ConfigError(f"backend.frontend.{key}", value,
+                              f"null (the calibrated file's) or one of {list(allowed)}")
 
 
 # (group, schema name, dataclass) registered with Hydra by ``conf.schema``

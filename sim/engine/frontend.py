@@ -81,8 +81,8 @@ class FrontendCosts:
                     or self.latency_s)
 
     def as_dict(self) -> dict[str, float | str]:
-        """The costs in the units of the config and the calibrated file, and the admission
-        discipline."""
+        """The costs in the units of the config and the calibrated file, the admission
+        discipline and which process streams."""
         return {"per_request_ms": self.per_request_s * 1e3,
                 "per_prompt_token_us": self.per_prompt_token_s * 1e6,
                 "per_output_token_us": self.per_output_token_s * 1e6,
@@ -113,7 +113,8 @@ class FrontendCosts:
 
 class FrontendServer:
     """One replica's API server: its admissions (one by one, or one instant's arrivals
-    together) and step outputs, in time order."""
+    together) and step outputs, each server's jobs in time order (one server, or a streaming
+    process of its own beside it)."""
 
     def __init__(self, costs: FrontendCosts, service_s: np.ndarray,
                  engine_arrival: np.ndarray) -> None:

@@ -191,6 +191,26 @@ def test_from_bench_recovers_a_known_frontend(tmp_path, capsys):
     assert pred["pred_mean_ttft_ms"] == pytest.approx(measured, rel=0.08)
 
 
+def test_a_fit_keeps_the_frontend_discipline_it_ran_under(monkeypatch):
+    """The admission and streaming a frontend fit runs under: the user's overrides, else the
+    calibrated file's, else the engine's; the written block records them."""
+    from calibration import frontend_fit
+    from calibration.from_bench import user_discipline
+    from sim.config.backend import frontend_discipline
+    from sim.engine.frontend import FRONTEND_KEYS
+    assert frontend_discipline("sglang", {}) == {"admission": "fifo", "streaming": "own_process"}
+    assert frontend_discipline("vllm", {"streaming": "own_process"}) == {
+        "admission": "interleaved", "streaming": "own_process"}
+    given = user_discipline(["model=x", "backend.frontend.streaming=shared"])
+    chosen = frontend_discipline("sglang", {"streaming": "own_process"}, given)
+    assert chosen == {"admission": "fifo", "streaming": "shared"}
+    monkeypatch.setattr(frontend_fit, "split_errors", lambda after: {})
+    block = frontend_fit.frontend_block(
+        {"costs": dict.fromkeys(FRONTEND_KEYS, 1.0), "discipline": chosen, "after": None,
+         "held_out_models": [], "train_models": ["m"]}, "runs.json", 0.3, 0)
+    assert (block["admission"], block["streaming"]) == ("fifo", "shared")
+
+
 def test_from_bench_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert from_bench(["results=[nope.json]", "model=llama3_8b"]) == 2
     assert "error: results='nope.json': not a file" in capsys.readouterr().err

@@ -185,6 +185,23 @@ def test_a_burst_reaches_the_engine_together_when_admission_is_interleaved(compo
     assert at["interleaved"] == pytest.approx(np.full(100, 0.2))
 
 
+def test_a_lagging_streaming_process_keeps_the_invariants(compose_cfg):
+    """A burst whose streaming (its own process) runs far behind the engine while admissions
+    are done: the tokens clients see are stamped up to the streaming process's free time, which
+    the invariants allow (a check against the admitting server's time alone fails)."""
+    req = pd.DataFrame({"arrival_time_s": np.zeros(60), "input_tokens": 50,
+                        "output_tokens": 20, "client": -1, "think_time_s": 0.0})
+    cfg = compose_cfg("cost_model=constant", "cost_model.step_time_ms=1",
+                      "backend.frontend.per_request_ms=0.1",
+                      "backend.frontend.per_output_token_us=2000",
+                      "backend.frontend.streaming=own_process", "check_invariants=true")
+    r = simulate(cfg, req).requests
+    assert (r["status"] == "completed").all()
+    # the engine is done after ~80 ms; the 1,200 tokens take 2.4 s to stream
+    assert r["completion_s"].max() == pytest.approx(60 * 20 * 0.002, rel=0.05)
+    assert r["engine_arrival_s"].max() == pytest.approx(0.006)  # not behind the streaming
+
+
 def test_interleaved_admission_of_poisson_arrivals_is_fifo(compose_cfg, requests_for):
     """Requests that arrive one at a time are groups of one: the same M/D/1 queue."""
     runs = {}

@@ -36,7 +36,8 @@ def test_host_costs_are_the_same_in_both_engines(tiny_config, requests, kv):
 
 
 @pytest.mark.parametrize("admission,streaming", [("fifo", "shared"), ("interleaved", "shared"),
-                                                 ("fifo", "own_process")])
+                                                 ("fifo", "own_process"),
+                                                 ("interleaved", "own_process")])
 @pytest.mark.parametrize("replicas", [1, 3])
 @pytest.mark.parametrize("case", ["burst", "closed_loop", "streaming_only", "latency_only"])
 def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, replicas,
