@@ -10,7 +10,9 @@ time), so memory does not grow with replicas × requests.
 With ``cluster.failure.mtbf_s`` set, each replica fails after exponential times (mean
 ``mtbf_s``, its own stream) and comes back empty ``mttr_s`` later (never, with ``mttr_s``
 null). The requests it held go back to its pool's router and are recomputed elsewhere (their
-generated tokens are kept, as in recompute preemption; ``retries`` counts them); with no
+generated tokens are kept, as in recompute preemption; ``retries`` counts them; a client sees
+a retried request's next tokens after those the failed replica's API server, which outlives
+its engine, was still streaming: ``Scheduler.update``); with no
 replica of the pool up they wait for the first repair. A request fails instead (status
 ``failed``) when its replicas have failed more than ``failure.max_retries`` times
 (``retries_exhausted``), or when every replica of its pool is lost for good
@@ -254,6 +256,11 @@ class Cluster:
 
     def _finished(self, pool: Pool, r: int, ids: np.ndarray, now: float) -> None:
         pool.view.outstanding[r] -= len(ids)
+        ends = pool.table.completion[ids]
+        if (ends > now).any():  # a retry's last token behind a failed replica's stream
+            for end in np.unique(ends):
+                self.on_done(ids[ends == end], float(end))
+            return
         self.on_done(ids, now)
 
     # ---- failures -----------------------------------------------------------------------

@@ -143,11 +143,17 @@ class TokenBudgetScheduler:
         first = gen == 1
         if first.all():
             t.first_token[emit] = now
+            t.last_token[emit] = now
         else:
             t.first_token[emit[first]] = now
             later = emit[~first]
-            self.itl.add(now - t.last_token[later])
-        t.last_token[emit] = now
+            last = t.last_token[later]
+            # a retried request's earlier tokens may still be streaming from the API server of
+            # the replica that failed (sim.engine.cluster): its client sees this one after them
+            seen = np.maximum(last, now)
+            self.itl.add(seen - last)
+            t.last_token[emit] = now
+            t.last_token[later] = seen
         return self._finish(emit[gen >= t.max_output[emit]], now)
 
     def _commit(self, ids: np.ndarray, new) -> None:
@@ -166,7 +172,7 @@ class TokenBudgetScheduler:
     def _finish(self, done: np.ndarray, now: float) -> np.ndarray:
         if len(done):
             t = self.table
-            t.completion[done] = now
+            t.completion[done] = np.maximum(t.last_token[done], now)  # (update: a retry's)
             t.status[done] = FINISHED
             self.kv.free(done)
             self.running = self.running[t.status[self.running] != FINISHED]

@@ -110,6 +110,22 @@ def test_replica_failures_keep_every_request_through_the_frontend(compose_cfg, r
     assert (once["engine_arrival_s"] <= once["first_scheduled_s"] + 1e-12).all()
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_retry_streams_after_the_tokens_its_failed_replica_still_streams(compose_cfg,
+                                                                            requests_for, seed):
+    """A request retried while the failed replica's API server still streams its earlier
+    tokens (a streaming backlog of 2 ms a token): the client sees its next tokens after them,
+    so no request's first token comes after its last (the invariants check it after every
+    step: these seeds broke it before) and none ends before its first token."""
+    cfg = compose_cfg("workload.num_requests=300", "workload.rate=20", "cluster.replicas=3",
+                      "cluster.failure.mtbf_s=4", "cluster.failure.mttr_s=1",
+                      "backend.frontend.per_output_token_us=2000", "check_invariants=true",
+                      f"seed={seed}")
+    r = simulate(cfg, requests_for(cfg, seed)).requests
+    assert (r["status"] == "completed").all() and r["num_retries"].sum() > 0
+    assert (r["first_token_s"] <= r["completion_s"]).all()
+
+
 @pytest.mark.parametrize("admission", ["fifo", "interleaved"])
 def test_a_request_taken_back_by_a_failure_is_handed_over_once(compose_cfg, admission):
     """A replica that fails often while requests sit in its frontend (50 ms of latency): a
