@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config.backend import ADMISSIONS, STREAMINGS
+from sim.config.backend import FRONTEND_CHOICES
 
 FRONTEND_KEYS = ("per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms")
 
@@ -97,10 +97,10 @@ class FrontendCosts:
         """From the config's units (ms, µs per prompt token, µs per output token, ms),
         admission discipline (``fifo`` or ``interleaved``) and streaming process (``shared``
         or ``own_process``)."""
-        if admission not in ADMISSIONS:
-            raise ValueError(f"frontend admission {admission!r}: one of {list(ADMISSIONS)}")
-        if streaming not in STREAMINGS:
-            raise ValueError(f"frontend streaming {streaming!r}: one of {list(STREAMINGS)}")
+        for key, value in (("admission", admission), ("streaming", streaming)):
+            if value not in FRONTEND_CHOICES[key]:
+                raise ValueError(f"frontend {key} {value!r}: one of "
+                                 f"{list(FRONTEND_CHOICES[key])}")
         return cls(per_request_ms * 1e-3, per_prompt_token_us * 1e-6,
                    per_output_token_us * 1e-6, latency_ms * 1e-3, admission == "interleaved",
                    streaming == "own_process")

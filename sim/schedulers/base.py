@@ -152,7 +152,7 @@ class TokenBudgetScheduler:
             # the replica that failed (sim.engine.cluster): its client sees this one after them
             seen = np.maximum(last, now)
             self.itl.add(seen - last)
-            t.last_token[emit] = now
+            t.last_token[emit[first]] = now
             t.last_token[later] = seen
         return self._finish(emit[gen >= t.max_output[emit]], now)
 

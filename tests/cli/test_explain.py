@@ -15,13 +15,13 @@ import yaml
 import cli.explain as explain_module
 from cli.explain import (
     batch_arrays,
-    frontend_line,
     kv_footprint,
     main,
     memory_plan,
     operator_table,
     parse_batch,
 )
+from cli.step_surroundings import frontend_line
 from sim.builders import plain, replica_memory_budget
 from sim.config import check_hardware
 from sim.cost.base import StepCost
