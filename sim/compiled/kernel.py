@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
 from sim.compiled import step_schedule as S
+from sim.compiled.jit import compiled
 from sim.compiled.keyed_queue import queue
 from sim.compiled.overlap import came_before
 from sim.compiled.step_price import price_step
@@ -50,13 +49,13 @@ ROUND_ROBIN, LEAST_OUTSTANDING = range(2)  # routers
 ADMITTING = 0  # a replica's frontend clock that admits (1: its streaming process, if its own)
 
 
-@njit(cache=True)
+@compiled
 def _before(t1, s1, t2, s2):
     """Whether the event (time ``t1``, stamp ``s1``) comes before (``t2``, ``s2``)."""
     return t1 < t2 or (t1 == t2 and s1 < s2)
 
 
-@njit(cache=True)
+@compiled
 def _stamp(st):
     """A new creation stamp: events due at one time run in the order they were created, as
     SimPy runs the events it schedules for one time (``sim.engine.run``, ``sim.engine.replica``)."""
@@ -64,7 +63,7 @@ def _stamp(st):
     return st[STAMP]
 
 
-@njit(cache=True)
+@compiled
 def _heap_insert(heap, st, size, time, stamp, item):
     """Add ``item`` due at (``time``, ``stamp``) to a binary heap of three arrays (times,
     stamps, items) whose length is ``st[size]``."""
@@ -80,7 +79,7 @@ def _heap_insert(heap, st, size, time, stamp, item):
     heap_t[i], heap_s[i], heap_r[i] = time, stamp, item
 
 
-@njit(cache=True)
+@compiled
 def _heap_remove_first(heap, st, size):
     """Remove the first entry (smallest time, then stamp) of a heap of ``_heap_insert``."""
     heap_t, heap_s, heap_r = heap
@@ -99,19 +98,19 @@ def _heap_remove_first(heap, st, size):
     heap_t[i], heap_s[i], heap_r[i] = time, stamp, item
 
 
-@njit(cache=True)
+@compiled
 def _heap_push(heap, st, time, rid):
     """Add ``rid``'s release at ``time`` to the heap of follow-ups sent after a think time."""
     _heap_insert(heap, st, HEAP, time, _stamp(st), rid)
 
 
-@njit(cache=True)
+@compiled
 def _heap_pop(heap, st):
     """Remove the heap's first release."""
     _heap_remove_first(heap, st, HEAP)
 
 
-@njit(cache=True)
+@compiled
 def _now_queue(instant, st, item):
     """Append ``item`` to the queue of what happens later at this instant: a replica ``r``
     that woke (``r``), a client's follow-up ``rid`` due now (``R + rid``) or replica ``r``'s
@@ -121,7 +120,7 @@ def _now_queue(instant, st, item):
     st[QCOUNT] += 1
 
 
-@njit(cache=True)
+@compiled
 def _ended(rid, seen, now, clients, instant, R, st):
     """``rid`` ended at ``now`` and its client saw the end at ``seen`` (once the frontend
     streamed it): the client's next request is released its think time after that
@@ -137,7 +136,7 @@ def _ended(rid, seen, now, clients, instant, R, st):
             _now_queue(instant, st, R + nxt)
 
 
-@njit(cache=True)
+@compiled
 def _route(rs, st, router):
     """The replica ``round_robin`` or ``least_outstanding`` sends the next request to."""
     n = rs.shape[0]
@@ -163,7 +162,7 @@ def _route(rs, st, router):
     return -1
 
 
-@njit(cache=True)
+@compiled
 def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
     """``rid`` reaches the pool at ``now``: rejected with its reason, or routed and queued,
     waking its replica if idle (``_Arrivals.release``, ``Cluster.route``)."""
@@ -199,7 +198,7 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
     _enter(rid, r, now, pool, st, t, cfg)
 
 
-@njit(cache=True)
+@compiled
 def _admit_group(r, now, t, clients, pool, st, cfg):
     """Replica ``r``'s frontend admits the group that arrived at ``now``: all of it reaches
     the engine once the server has done the group's admission work
@@ -220,7 +219,7 @@ def _admit_group(r, now, t, clients, pool, st, cfg):
         rid = member_next[rid]
 
 
-@njit(cache=True)
+@compiled
 def _enter(rid, r, now, pool, st, t, cfg):
     """``rid`` reaches replica ``r``'s engine at ``now``: queued in its scheduler's order,
     waking the replica if idle, or (an overlapping engine in mid-step) held for the step after
@@ -238,7 +237,7 @@ def _enter(rid, r, now, pool, st, t, cfg):
     _queue(rid, r, pool, st, t, cfg)
 
 
-@njit(cache=True)
+@compiled
 def _release_held(r, before, pool, st, t, cfg):
     """Requests held for replica ``r`` that reached it before ``before`` join its scheduler
     (``Replica._release``)."""
@@ -253,7 +252,7 @@ def _release_held(r, before, pool, st, t, cfg):
         held_ends[r, 1] = -1
 
 
-@njit(cache=True)
+@compiled
 def _queue(rid, r, pool, st, t, cfg):
     """``rid`` joins replica ``r``'s scheduler: queued in its order, waking the replica if
     idle."""
@@ -265,7 +264,7 @@ def _queue(rid, r, pool, st, t, cfg):
         _now_queue(instant, st, r)
 
 
-@njit(cache=True)
+@compiled
 def _release_open(t, order, refusal, clients, router, pool, st, cfg):
     """The open-loop requests due now arrive, in order (``_Arrivals._open_loop`` releases
     those of one time in one go), then the wait for the next one begins."""
@@ -278,7 +277,7 @@ def _release_open(t, order, refusal, clients, router, pool, st, cfg):
     st[OPEN_STAMP] = _stamp(st)
 
 
-@njit(cache=True)
+@compiled
 def _start_after_step(r, now, t, pool, st, cfg, want, need):
     """Replica ``r``'s step ended at ``now``: an overlapping engine first takes the requests
     held since before that step began, and all of them if it has nothing else to run
@@ -293,7 +292,7 @@ def _start_after_step(r, now, t, pool, st, cfg, want, need):
         _start(r, now, t, pool, st, cfg, want, need)
 
 
-@njit(cache=True)
+@compiled
 def _start(r, now, t, pool, st, cfg, want, need):
     """Replica ``r`` schedules its next batch at ``now``: left to be priced (``PENDING``), or
     idle until an arrival wakes it."""
@@ -309,7 +308,7 @@ def _start(r, now, t, pool, st, cfg, want, need):
         rs[r, S.PHASE] = IDLE
 
 
-@njit(cache=True)
+@compiled
 def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratch, rows, itl,
         max_ended):
     """Advance the pool (module doc); returns a code of ``DONE`` … ``STALLED``."""

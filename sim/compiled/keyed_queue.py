@@ -12,14 +12,13 @@ come in the same order as from ``KeyedQueue``'s binary heap.
 
 from __future__ import annotations
 
-from numba import njit
-
+from sim.compiled.jit import compiled
 from sim.compiled.replica_rows import ORDER, WCOUNT, WHEAD, wait_append
 
 FCFS, PRIORITY, DEADLINE = 0, 1, 2  # the waiting orders (cfg[ORDER])
 
 
-@njit(cache=True)
+@compiled
 def urgent(a, b, k1, k2):
     """Whether request ``a`` is served before ``b``: by ``(k1, k2, id)``."""
     if k1[a] != k1[b]:
@@ -29,7 +28,7 @@ def urgent(a, b, k1, k2):
     return a < b
 
 
-@njit(cache=True)
+@compiled
 def _meld(a, b, waiting):
     """The root of the two heaps rooted at ``a`` and ``b``: the more urgent, the other its
     first child."""
@@ -41,7 +40,7 @@ def _meld(a, b, waiting):
     return a
 
 
-@njit(cache=True)
+@compiled
 def wait_push(q, waiting, rid, arrival, order):
     """Queue ``rid`` at the place its key gives it (``KeyedQueue.append``; also how a
     preempted request goes back)."""
@@ -54,7 +53,7 @@ def wait_push(q, waiting, rid, arrival, order):
     q[WCOUNT] += 1
 
 
-@njit(cache=True)
+@compiled
 def wait_pop_keyed(q, waiting):
     """Remove and return the most urgent request (``KeyedQueue.popleft``): its children
     melded in pairs left to right, then the pairs from the last to the first."""
@@ -85,7 +84,7 @@ def wait_pop_keyed(q, waiting):
     return root
 
 
-@njit(cache=True)
+@compiled
 def queue(q, waiting, rid, arrival, cfg):
     """Queue ``rid`` on the replica's waiting queue in its order (``cfg[ORDER]``)."""
     if cfg[ORDER] == FCFS:
@@ -94,7 +93,7 @@ def queue(q, waiting, rid, arrival, cfg):
         wait_push(q, waiting, rid, arrival, cfg[ORDER])
 
 
-@njit(cache=True)
+@compiled
 def latest_key(run, nrun, waiting):
     """Index in ``run[:nrun]`` of the first request with the largest ``(k1, k2)``: the
     preemption victim under a keyed order (``VllmScheduler._victim``)."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from numba import njit
-
+from sim.compiled.jit import compiled
 from sim.compiled.replica_rows import NRUN, WCOUNT, WHEAD, admit, allocate, wait_popleft
 
 
-@njit(cache=True)
+@compiled
 def schedule_orca(now, t, run, q, wnext, cfg, bids, bnew, bctx):
     """``OrcaScheduler.schedule``: every running request's next token, plus the whole
     prompts of newcomers admitted in arrival order with the blocks of their maximum length

@@ -14,8 +14,10 @@ import math
 import numpy as np
 from numba import njit
 
+from sim.compiled.jit import compiled
 
-@njit(cache=True)
+
+@njit(cache=True)  # with reference counting: the SimPy engine passes arrays of step starts
 def arrival_cutoff(start):
     """Requests that reached an overlapping engine before this time came before a step that
     started at ``start`` (a number or an array). A rounding error's difference is the same
@@ -24,7 +26,7 @@ def arrival_cutoff(start):
     return start - 1e-12 * np.maximum(1.0, np.abs(start))
 
 
-@njit(cache=True)
+@compiled
 def came_before(at, start):
     """Whether a request that reached an overlapping engine at ``at`` came before a step that
     started at ``start`` (``inf``: every request)."""

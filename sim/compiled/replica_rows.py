@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
+from sim.compiled.jit import compiled
 
 # fields of a replica's integer state row
 # (CHUNKED: SGLang's request being prefilled in chunks, -1: none)
@@ -28,7 +28,7 @@ POLICY, NO_EVICT, CHUNK, ORDER = 6, 7, 8, 9
 VLLM, SARATHI, TRTLLM, SGLANG, ORCA = 0, 1, 2, 3, 4  # policy codes (sim.compiled.core.POLICIES)
 
 
-@njit(cache=True)
+@compiled
 def wait_append(q, wnext, rid):
     """Queue ``rid`` at the back of the replica's waiting queue."""
     if q[WCOUNT]:
@@ -39,7 +39,7 @@ def wait_append(q, wnext, rid):
     q[WCOUNT] += 1
 
 
-@njit(cache=True)
+@compiled
 def wait_appendleft(q, wnext, rid):
     """Queue ``rid`` at the front of the replica's waiting queue."""
     if q[WCOUNT] == 0:
@@ -49,7 +49,7 @@ def wait_appendleft(q, wnext, rid):
     q[WCOUNT] += 1
 
 
-@njit(cache=True)
+@compiled
 def wait_popleft(q, wnext):
     """Take the front of the replica's waiting queue."""
     rid = q[WHEAD]
@@ -59,7 +59,7 @@ def wait_popleft(q, wnext):
     return rid
 
 
-@njit(cache=True)
+@compiled
 def allocate(rid, n, computed, held, q, bs):
     """``PagedKVCache.allocate``: blocks for ``n`` more tokens; False when full."""
     need = (computed[rid] + n + bs - 1) // bs - held[rid]
@@ -72,13 +72,13 @@ def allocate(rid, n, computed, held, q, bs):
     return True
 
 
-@njit(cache=True)
+@compiled
 def want_of(rid, num_tokens, computed, threshold):
     w = num_tokens[rid] - computed[rid]
     return min(w, threshold) if threshold > 0 else w
 
 
-@njit(cache=True)
+@compiled
 def release(victim, computed, held, status, preemptions, q):
     """Recompute preemption of ``victim`` (``kv.free`` and ``RequestTable.preempt``): its
     blocks freed, its KV to be recomputed; the caller queues it again."""
@@ -89,14 +89,14 @@ def release(victim, computed, held, status, preemptions, q):
     status[victim] = WAITING
 
 
-@njit(cache=True)
+@compiled
 def preempt(victim, computed, held, status, preemptions, q, wnext):
     """``TokenBudgetScheduler._preempt`` by recompute, the victim back at the queue's front."""
     release(victim, computed, held, status, preemptions, q)
     wait_appendleft(q, wnext, victim)
 
 
-@njit(cache=True)
+@compiled
 def fit_preempting_last(rid, n, run, nrun, computed, held, status, preemptions, q, wnext, bs):
     """Blocks for ``n`` more tokens of ``rid``, preempting the last of ``run[:nrun]`` until
     they fit or ``rid`` itself was the victim: (whether they fit, the running count left)."""
@@ -109,7 +109,7 @@ def fit_preempting_last(rid, n, run, nrun, computed, held, status, preemptions, 
     return True, nrun
 
 
-@njit(cache=True)
+@compiled
 def allocate_decodes(run, nrun, num_tokens, computed, held, q, bs):
     """``PagedKVCache.allocate_all`` of one token for each of ``run[:nrun]`` one token short
     of all it knows (a decode): all of their blocks, or none and False."""
@@ -128,7 +128,7 @@ def allocate_decodes(run, nrun, num_tokens, computed, held, q, bs):
     return True
 
 
-@njit(cache=True)
+@compiled
 def admit(rid, now, status, first_sched):
     """``TokenBudgetScheduler._admit`` (no prefix cache)."""
     status[rid] = RUNNING

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
+from sim.compiled.jit import compiled
 from sim.compiled.replica_rows import (
     CHUNK,
     NRUN,
@@ -19,7 +18,7 @@ from sim.compiled.replica_rows import (
 )
 
 
-@njit(cache=True)
+@compiled
 def schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want):
     """``SarathiScheduler.schedule`` (recompute): decodes, then chunks of prompts in
     progress, then chunks of new prompts, into ``bids``/``bnew``/``bctx``; returns the

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
-
+from sim.compiled.jit import compiled
 from sim.compiled.replica_rows import (
     CHUNK,
     CHUNKED,
@@ -31,7 +29,7 @@ from sim.schedulers.sglang import (
 )
 
 
-@njit(cache=True)
+@compiled
 def _sglang_prefill(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
     """``SglangScheduler._prefill_batch`` (FCFS): its size, 0 when nothing is prefilled."""
     num_tokens, computed, generated, max_output, held, status = t[1], t[2], t[3], t[4], t[5], \
@@ -86,10 +84,37 @@ def _sglang_prefill(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
     return nb
 
 
-@njit(cache=True)
-def _sglang_retract(t, run, q, qf, wnext, bs, keep):
+@compiled
+def _victims_last(keep, m, generated, prompt, buf):
+    """``keep[:m]`` in ``SglangScheduler._retract``'s order, the next victim last:
+    ``np.lexsort((-prompt, generated))`` reversed, i.e. (generated, −prompt) descending with
+    ties in the reverse of their order. A stable merge sort of the reversed ids (the loop does
+    not allocate; ``buf`` holds ``m`` ids)."""
+    for j in range(m // 2):
+        keep[j], keep[m - 1 - j] = keep[m - 1 - j], keep[j]
+    width = 1
+    while width < m:
+        for lo in range(0, m, 2 * width):
+            mid, hi = min(lo + width, m), min(lo + 2 * width, m)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                take_right = j < hi and (i == mid or (
+                    generated[keep[j]], -prompt[keep[j]]) > (generated[keep[i]], -prompt[keep[i]]))
+                if take_right:
+                    buf[k] = keep[j]
+                    j += 1
+                else:
+                    buf[k] = keep[i]
+                    i += 1
+        for k in range(m):
+            keep[k] = buf[k]
+        width *= 2
+
+
+@compiled
+def _sglang_retract(t, run, q, qf, wnext, bs, keep, buf):
     """``SglangScheduler._retract`` of the decode requests ``run[:nrun]`` except the chunked
-    one: the kept, in ``keep[:k]`` (most progressed first), k returned."""
+    one: the kept, in ``keep[:k]`` (most progressed first), k returned; ``buf`` is scratch."""
     num_tokens, computed, generated, max_output, held, status = t[1], t[2], t[3], t[4], t[5], \
         t[6]
     preemptions, prompt = t[11], t[13]
@@ -99,14 +124,7 @@ def _sglang_retract(t, run, q, qf, wnext, bs, keep):
         if run[j] != c:
             keep[m] = run[j]
             m += 1
-    # np.lexsort((-prompt, generated)): (generated, -prompt) ascending, stably, as one key
-    # (token counts are far below 2**31); victims first
-    key = np.empty(m, np.int64)
-    for j in range(m):
-        key[j] = generated[keep[j]] * (1 << 32) - prompt[keep[j]]
-    ascending = keep[:m][np.argsort(key, kind="mergesort")]
-    for j in range(m):  # keep = descending; its last is the next victim
-        keep[j] = ascending[m - 1 - j]
+    _victims_last(keep, m, generated, prompt, buf)
     k = m
     while k > 1:
         need = 0
@@ -133,7 +151,7 @@ def _sglang_retract(t, run, q, qf, wnext, bs, keep):
     return k
 
 
-@njit(cache=True)
+@compiled
 def schedule_sglang(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
     """``SglangScheduler.schedule`` (FCFS, recompute retraction): a prefill batch if any
     request can be admitted (or a chunked prefill goes on), else a decode batch of every
@@ -159,7 +177,7 @@ def schedule_sglang(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
     if nb == 0:
         return 0
     if blocks > q[FREE]:
-        nb = _sglang_retract(t, run, q, qf, wnext, bs, bids)
+        nb = _sglang_retract(t, run, q, qf, wnext, bs, bids, bnew)
         blocks = 0
         for j in range(nb):
             r = bids[j]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
 from sim.compiled import pricing as P
+from sim.compiled.jit import compiled
 
 
-@njit(cache=True)
+@compiled
 def _cell(x, knots, off, n):
     """(left knot, right knot, weight of the right one) of ``x`` among ``n`` log2 knots at
     ``knots[off:]``, clamped (``sim.cost.eta.scalar_cell``)."""
@@ -30,7 +29,7 @@ def _cell(x, knots, off, n):
     return i, i + 1, (lx - knots[off + i]) / (knots[off + i + 1] - knots[off + i])
 
 
-@njit(cache=True)
+@compiled
 def _eta(e, x, etas):
     """Efficiency ``e`` of the packed ``etas`` at the shape variables ``x`` (``AXES``)."""
     scale, first, last, axes, koff, klen, foff, fcols, knots, f = etas
@@ -51,7 +50,7 @@ def _eta(e, x, etas):
     return scale[e] * math.exp(log)
 
 
-@njit(cache=True)
+@compiled
 def _attention(prefill, flops, nbytes, q, S, prm, etas, x):
     """(time, compute-bound?) of one attention kernel (``attention_point_time``)."""
     s = max(float(S), 1.0)
@@ -77,7 +76,7 @@ def _attention(prefill, flops, nbytes, q, S, prm, etas, x):
     return t, t_compute >= t_memory
 
 
-@njit(cache=True)
+@compiled
 def price_step(nb, bnew, bctx, tok, head_tok, head_seq, prm, etas, x, out):
     """(time, compute, memory, comm, host) of the batch into ``out`` (``step_cost``)."""
     heads, kvh, hd = prm[P.HEADS], prm[P.KV_HEADS], prm[P.HEAD_DIM]

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
+from sim.compiled.jit import compiled
 from sim.compiled.keyed_queue import FCFS, latest_key, wait_pop_keyed, wait_push
 from sim.compiled.orca_step import schedule_orca
 from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for kernel and core)
@@ -59,7 +58,7 @@ from sim.compiled.sglang_step import INIT_NEW_TOKEN_RATIO, schedule_sglang  # no
 from sim.compiled.trtllm_step import schedule_trtllm
 
 
-@njit(cache=True)
+@compiled
 def schedule(now, t, run, q, qf, waiting, cfg, bids, bnew, bctx, want, need):
     """The batch of the replica's policy (``cfg[POLICY]``); returns its size. ``waiting`` is
     the waiting queues' links (``sim.compiled.keyed_queue``); only vLLM's loop reads keys."""
@@ -75,7 +74,7 @@ def schedule(now, t, run, q, qf, waiting, cfg, bids, bnew, bctx, want, need):
     return schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need)
 
 
-@njit(cache=True)
+@compiled
 def schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need):
     """``VllmScheduler.schedule`` (recompute; FCFS, or the keyed order ``cfg[ORDER]``): the
     batch into ``bids``/``bnew``/``bctx``; returns its size (0: nothing can run)."""
@@ -182,7 +181,7 @@ def schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need):
             return nb
 
 
-@njit(cache=True)
+@compiled
 def _itl_add(values, n, counts, sums, low, log_ratio):
     """``LogHistogram.add`` of ``values[:n]``."""
     if n == 0:
@@ -205,7 +204,7 @@ def _itl_add(values, n, counts, sums, low, log_ratio):
         sums[b] += v
 
 
-@njit(cache=True)
+@compiled
 def update(now, t, run, q, nb, bids, bnew, emit, gaps, itl):
     """``TokenBudgetScheduler.update``: the step's tokens land at ``now``; the ids of the
     requests that finished are in ``emit[:k]``, k returned."""

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
+from sim.compiled.jit import compiled
 from sim.compiled.replica_rows import (
     FREE,
     NO_EVICT,
@@ -20,7 +19,7 @@ from sim.compiled.replica_rows import (
 )
 
 
-@njit(cache=True)
+@compiled
 def _trt_chunk(remaining, room, chunked, bs, budget):
     """``TrtllmScheduler._chunk``: all of a context if it fits, else (chunking on) what fits
     in whole blocks (a budget smaller than a block is its own unit), else 0."""
@@ -32,13 +31,13 @@ def _trt_chunk(remaining, room, chunked, bs, budget):
     return max(room, 0) // unit * unit
 
 
-@njit(cache=True)
+@compiled
 def _full_blocks(rid, prompt, max_output, bs):
     """``TrtllmScheduler.full_blocks``: blocks at its maximum length."""
     return (prompt[rid] + max_output[rid] - 1 + bs - 1) // bs
 
 
-@njit(cache=True)
+@compiled
 def schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx):
     """``TrtllmScheduler.schedule`` (recompute): generation tokens, then chunks of contexts
     in flight, then new contexts, into ``bids``/``bnew``/``bctx``; returns the batch's size."""
