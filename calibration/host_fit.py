@@ -1,17 +1,21 @@
 """Fit of the per-step host costs per backend (``validate fit_host=true``).
 
-The cost model adds ``host.overhead_ms + per_seq_us × sequences + per_new_request_us × new
-requests + per_token_us × scheduled tokens`` to every step (``sim.cost.host``: the part of
-scheduling and input preparation the GPU does not overlap). In a closed-loop fixed-length run
-the schedule does not depend on step durations, so a row's steady-state TTFT and TPOT are
-exactly linear in the four coefficients: ``pred = base + Σ_k coefficient_k · scale_k ·
-terms_k``, the terms being the steps, sequence-steps, new-request-steps and token-steps inside
-the span, read from one simulation (``calibration.silicon_replay.host_terms``). The fit is then a
-cheap ``scipy.optimize.least_squares`` on the relative errors of TTFT and TPOT of a backend's
-training rows (soft-L1 loss, so a few rows the model cannot explain do not dominate); whole
-configurations — (model, isl, osl, tp) groups — are held out. The fitted values are then
-checked with real simulations of every row, and written into the ``host:`` block of
-``sim/cost/calibrated/<hardware>/<backend>.yaml``.
+The cost model charges ``host.overhead_ms + per_seq_us × sequences + per_new_request_us × new
+requests + per_token_us × scheduled tokens`` to every step (``sim.cost.host``: scheduling and
+input preparation). In a closed-loop fixed-length run the schedule does not depend on step
+durations, so where that time adds to every step a row's steady-state TTFT and TPOT are exactly
+linear in the four coefficients: ``pred = base + Σ_k coefficient_k · scale_k · terms_k``, the
+terms being the steps, sequence-steps, new-request-steps and token-steps inside the span, read
+from one simulation (``calibration.silicon_replay.host_terms``). Under an overlap scheduler
+(SGLang's and TensorRT-LLM's defaults, vLLM's ``--async-scheduling``) a step takes
+max(GPU, host + kernel launches): only host time that outlasts the GPU's work shows, so a row
+is modelled step by step instead (``silicon_replay.step_profile``: each distinct step's GPU
+time, its kernel launches, its terms and its weight in the means), exact as long as the
+schedule does not move. The fit is a ``scipy.optimize.least_squares`` on the
+relative errors of TTFT and TPOT of a backend's training rows (soft-L1 loss, so a few rows the
+model cannot explain do not dominate); whole configurations — (model, isl, osl, tp) groups —
+are held out. The fitted values are then checked with real simulations of every row, and
+written into the ``host:`` block of ``sim/cost/calibrated/<hardware>/<backend>.yaml``.
 """
 
 from __future__ import annotations
@@ -60,11 +64,53 @@ def term_columns() -> list[str]:
 
 def linear_predictions(rows: pd.DataFrame, current, host) -> dict[str, np.ndarray]:
     """Each row's TTFT/TPOT (ms) with ``host`` (the ``sim.cost.host.KEYS`` coefficients)
-    instead of the ``current`` values it was simulated with."""
+    instead of the ``current`` values it was simulated with, host time adding to every step."""
     d = (np.asarray(host, dtype=float) - np.asarray(current, dtype=float)) * TO_MS
     return {m: rows[f"pred_{m}_ms"].to_numpy()
             + sum(d[i] * rows[f"{m}_{k}"].to_numpy() for i, k in enumerate(TERMS))
             for m in METRICS}
+
+
+class StepStack:
+    """The step profiles (``silicon_replay.step_profile``) of the rows of ``rows`` whose host
+    time does not add to every step, stacked for vectorized predictions."""
+
+    def __init__(self, rows: pd.DataFrame, profiles: dict[str, pd.DataFrame]) -> None:
+        adds = rows["host_adds"].fillna(True).to_numpy(bool) if "host_adds" in rows \
+            else np.ones(len(rows), bool)
+        ids = rows["id"].to_numpy()
+        self.rows = np.array([not a and i in profiles for a, i in zip(adds, ids, strict=True)],
+                             dtype=bool)
+        parts = [profiles[i].assign(row=j) for j, i in enumerate(ids) if self.rows[j]]
+        p = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+            columns=[*TERMS, "gpu_ms", "launch_ms", "host_ms", "w_ttft", "w_tpot", "row"])
+        self.terms = p[list(TERMS)].to_numpy(float)
+        self.gpu, self.launch = p["gpu_ms"].to_numpy(float), p["launch_ms"].to_numpy(float)
+        self.host, self.row = p["host_ms"].to_numpy(float), p["row"].to_numpy(int)
+        self.w = {m: p[f"w_{m}"].to_numpy(float) for m in METRICS}
+
+    def shifts(self, host, n: int) -> dict[str, np.ndarray]:
+        """Per row (``n`` of them) and metric, how much the mean moves (ms) when each step's
+        shown host time becomes max(0, host + launches − GPU) with the coefficients ``host``."""
+        shown = np.maximum(self.terms @ (np.asarray(host, dtype=float) * TO_MS) + self.launch
+                           - self.gpu, 0.0)
+        return {m: np.bincount(self.row, weights=self.w[m] * (shown - self.host), minlength=n)
+                for m in METRICS}
+
+
+def predictions(rows: pd.DataFrame, current, host,
+                profiles: dict[str, pd.DataFrame] | StepStack | None = None
+                ) -> dict[str, np.ndarray]:
+    """Each row's TTFT/TPOT (ms) with ``host`` instead of the ``current`` values it was
+    simulated with: linear where host time adds to every step, through its step profile (in
+    ``profiles``, by row id) where a step takes max(GPU, host + launches)."""
+    pred = linear_predictions(rows, current, host)
+    stack = profiles if isinstance(profiles, StepStack) else StepStack(rows, profiles or {})
+    if stack.rows.any():
+        shift = stack.shifts(host, len(rows))
+        for m in METRICS:
+            pred[m] = np.where(stack.rows, rows[f"pred_{m}_ms"].to_numpy() + shift[m], pred[m])
+    return pred
 
 
 def abs_errors(pred: dict[str, np.ndarray], rows: pd.DataFrame) -> dict:
@@ -83,15 +129,17 @@ def abs_errors(pred: dict[str, np.ndarray], rows: pd.DataFrame) -> dict:
     return out
 
 
-def fit_host(rows: pd.DataFrame, current, free=KEYS) -> tuple[float, ...]:
+def fit_host(rows: pd.DataFrame, current, free=KEYS,
+             profiles: dict[str, pd.DataFrame] | None = None) -> tuple[float, ...]:
     """The ``sim.cost.host.KEYS`` coefficients minimizing the soft-L1 relative error of TTFT
-    and TPOT; those not in ``free`` stay at their ``current`` values."""
+    and TPOT (``predictions``); those not in ``free`` stay at their ``current`` values."""
     ok = rows[term_columns()].notna().all(axis=1)
-    rows = rows[ok & rows["pred_ttft_ms"].notna()]
+    rows = rows[ok & rows["pred_ttft_ms"].notna()].reset_index(drop=True)
     if rows.empty:
         raise ValueError("no simulated training rows to fit the host overhead on")
     current = np.asarray(current, dtype=float)
     mask = np.array([k in free for k in KEYS])
+    stack = StepStack(rows, profiles or {})
 
     def full(x):
         h = current.copy()
@@ -99,42 +147,58 @@ def fit_host(rows: pd.DataFrame, current, free=KEYS) -> tuple[float, ...]:
         return h
 
     def residuals(x):
-        pred = linear_predictions(rows, current, full(x))
+        pred = predictions(rows, current, full(x), stack)
         return np.concatenate([pred[m] / rows[f"meas_{m}_ms"].to_numpy() - 1.0
                                for m in METRICS])
 
-    x0 = np.clip(current[mask], 1e-3, UPPER[mask] - 1e-3)
-    res = least_squares(residuals, x0, bounds=(np.zeros(mask.sum()), UPPER[mask]),
-                        loss="soft_l1", f_scale=0.1, x_scale=TYPICAL[mask])
-    return tuple(float(v) for v in full(res.x))
+    # host time hidden under the GPU's moves nothing, so from a start where it hides
+    # everywhere the gradient is zero: start also from typical and ten-fold typical values,
+    # and leave the current ones only for a fit that is better (where every start is as good,
+    # the rows do not identify the coefficients)
+    best = None
+    for x0 in (current[mask], TYPICAL[mask], 10 * TYPICAL[mask]):
+        res = least_squares(residuals, np.clip(x0, 1e-3, UPPER[mask] - 1e-3),
+                            bounds=(np.zeros(mask.sum()), UPPER[mask]), loss="soft_l1",
+                            f_scale=0.1, x_scale=TYPICAL[mask])
+        if best is None or res.cost < best.cost * (1 - 1e-6):
+            best = res
+    return tuple(float(v) for v in full(best.x))
+
+
+def fitted_rows(table: pd.DataFrame, profiles: dict[str, pd.DataFrame] | None = None
+                ) -> pd.DataFrame:
+    """The rows a host fit can use: simulated aggregated rows whose host time adds to every
+    step, or that have a step profile (a disaggregated row's KV transfers make its schedule
+    depend on step durations)."""
+    adds = table.get("host_adds", pd.Series(False, index=table.index)).eq(True)
+    profiled = table["id"].isin(list(profiles or {}))
+    return table[table["pred_ttft_ms"].notna() & (table["mode"] == "agg") & (adds | profiled)
+                 ].reset_index(drop=True)
 
 
 def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, ...]],
-                 fraction: float, seed: int, free=KEYS) -> dict:
-    """Per backend: the fitted host values and the linear model's train and held-out errors.
-    ``table`` holds every row simulated with the ``current`` host values of its backend; only
-    aggregated rows whose host time adds to every step enter (a disaggregated row's KV
-    transfers make its schedule depend on step durations, and under an overlap scheduler a
-    step takes max(GPU, host): neither is linear in the coefficients). A backend with no such
-    row is not fitted (``unfitted_backends`` says why)."""
-    done = table[table["pred_ttft_ms"].notna() & (table["mode"] == "agg")
-                 & table.get("host_adds", pd.Series(False, index=table.index)).eq(True)
-                 ].reset_index(drop=True)
+                 fraction: float, seed: int, free=KEYS,
+                 profiles: dict[str, pd.DataFrame] | None = None) -> dict:
+    """Per backend: the fitted host values and the fit's model's train and held-out errors.
+    ``table`` holds every row simulated with the ``current`` host values of its backend, and
+    ``profiles`` the step profiles of those whose host time does not add (``fitted_rows``
+    says which enter). A backend with no such row is not fitted (``unfitted_backends`` says
+    why)."""
+    done = fitted_rows(table, profiles)
     hold = held_out(done, fraction, seed)
     fits = {}
     for backend in sorted(done["backend"].unique()):
         sel = (done["backend"] == backend).to_numpy()
-        train, test = done[sel & ~hold], done[sel & hold]
+        train = done[sel & ~hold].reset_index(drop=True)
+        test = done[sel & hold].reset_index(drop=True)
         if train.empty:
             continue
-        h = fit_host(train, current[backend], free)
+        h = fit_host(train, current[backend], free, profiles)
         fits[backend] = {
             **{k: round(v, 4) for k, v in zip(KEYS, h, strict=True)}, "fitted_keys": list(free),
             "train_ids": train["id"].tolist(), "held_out_ids": test["id"].tolist(),
-            "linear": {"train": abs_errors(linear_predictions(train, current[backend], h),
-                                           train),
-                       "held_out": abs_errors(linear_predictions(test, current[backend], h),
-                                              test)},
+            "model": {split: abs_errors(predictions(rows, current[backend], h, profiles), rows)
+                      for split, rows in (("train", train), ("held_out", test))},
         }
     return fits
 
@@ -142,9 +206,8 @@ def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, ...]],
 def unfitted_backends(table: pd.DataFrame, fits: dict) -> dict[str, str]:
     """Backends with simulated rows that ``fit_backends`` did not fit, and why."""
     done = table[table["pred_ttft_ms"].notna()]
-    return {b: "its rows run under the engine's overlap scheduler (or disaggregated), where a "
-               "step takes max(GPU, host): host time that hides under the GPU's is not "
-               "identified by them; the calibrated values are kept"
+    return {b: "no aggregated row to fit on (disaggregated rows' schedules depend on step "
+               "durations); the calibrated values are kept"
             for b in sorted(done["backend"].unique()) if b not in fits}
 
 
@@ -154,20 +217,21 @@ def coefficients(f: dict) -> tuple[float, ...]:
 
 
 def verify(fits: dict, table: pd.DataFrame, before: pd.DataFrame,
-           current: dict[str, tuple[float, ...]]) -> None:
+           current: dict[str, tuple[float, ...]],
+           profiles: dict[str, pd.DataFrame] | None = None) -> None:
     """Add the errors of the real simulations with the fitted values (``table``), per split,
-    and the largest gap between them and the linear model (from ``before``)."""
+    and the largest gap between them and the fit's model (from ``before`` and ``profiles``)."""
     for backend, f in fits.items():
         for split, ids in (("train", f["train_ids"]), ("held_out", f["held_out_ids"])):
             rows = table.set_index("id").loc[ids].reset_index()
             pred = {m: rows[f"pred_{m}_ms"].to_numpy() for m in METRICS}
             f.setdefault("simulated", {})[split] = abs_errors(pred, rows)
         ids = f["train_ids"] + f["held_out_ids"]
-        lin = linear_predictions(before.set_index("id").loc[ids].reset_index(),
-                                 current[backend], coefficients(f))
+        model = predictions(before.set_index("id").loc[ids].reset_index(), current[backend],
+                            coefficients(f), profiles)
         sim = table.set_index("id").loc[ids]
-        f["max_linear_gap_pct"] = round(float(max(
-            np.nanmax(np.abs(lin[m] / sim[f"pred_{m}_ms"].to_numpy() - 1.0)) * 100
+        f["max_model_gap_pct"] = round(float(max(
+            np.nanmax(np.abs(model[m] / sim[f"pred_{m}_ms"].to_numpy() - 1.0)) * 100
             for m in METRICS)), 6)
 
 
@@ -178,7 +242,9 @@ def host_block(f: dict, fraction: float, seed: int, csv: str, harness: str = "")
         **{k: f[k] for k in KEYS}, "fitted": True,
         "fitted_on": date.today().isoformat(),
         "method": "python -m calibration validate fit_host=true: scipy least_squares "
-                  "(soft-L1) on relative TTFT and TPOT errors of closed-loop silicon rows",
+                  "(soft-L1) on relative TTFT and TPOT errors of closed-loop silicon rows "
+                  "(linear where host time adds to every step, step profiles under an "
+                  "overlap scheduler)",
         "data": Path(csv).name,
         **({"harness": harness} if harness else {}),
         "fitted_keys": f.get("fitted_keys", list(KEYS)),
@@ -186,7 +252,7 @@ def host_block(f: dict, fraction: float, seed: int, csv: str, harness: str = "")
                  f"seed {seed}",
         "rows": {"train": len(f["train_ids"]), "held_out": len(f["held_out_ids"])},
         "train_ids": f["train_ids"],
-        "errors": f.get("simulated", f["linear"]),
+        "errors": f.get("simulated", f["model"]),
     }
 
 
@@ -215,7 +281,7 @@ def format_fits(fits: dict) -> str:
     """Printed table of the fitted values and their errors per split."""
     rows = []
     for backend, f in fits.items():
-        for kind in ("linear", "simulated"):
+        for kind in ("model", "simulated"):
             for split, errs in f.get(kind, {}).items():
                 for m, e in errs.items():
                     rows.append({"backend": backend, **{k: f[k] for k in KEYS},

@@ -58,8 +58,12 @@ class RowSimulator(SimConfigContext):
         records = simulate(cfg, requests)
         # under an overlap scheduler a step takes max(GPU, host), not their sum
         host_adds = not overlaps(cfg.backend, cfg.cluster.pipeline_parallel_size)
-        return measure(records, trim=self.harness == "ramp" and self.per_client >= 3) | {
-            "host_adds": host_adds}
+        out = measure(records, trim=self.harness == "ramp" and self.per_client >= 3)
+        if host is not None and not host_adds:  # what the host fit needs of such a row
+            out["step_profile"] = step_profile(records, self.harness == "ramp"
+                                               and self.per_client >= 3, host,
+                                               sim.builders.build_cost_model(cfg))
+        return out | {"host_adds": host_adds}
 
 
 def desynchronise(requests: pd.DataFrame, spread_s: float) -> pd.DataFrame:
@@ -109,12 +113,7 @@ def measure(records, trim: bool) -> dict:
     client's first and last), over all requests, and step diagnostics of the timeline."""
     req = records.requests
     lat = per_request_latencies(req)
-    steady = lat
-    if trim:
-        ids = req.groupby("client")["request_id"]
-        inner = (req["request_id"] != ids.transform("min")) & \
-            (req["request_id"] != ids.transform("max"))
-        steady = lat[lat["request_id"].isin(req.loc[inner, "request_id"])]
+    steady = _steady(req, lat, trim)
     tl = records.timeline
     decode = tl[tl["prefill_tokens"] == 0]
     rejected = int((req["status"] == "rejected").sum())
@@ -136,16 +135,21 @@ def measure(records, trim: bool) -> dict:
     }
 
 
-def host_terms(steady: pd.DataFrame, req: pd.DataFrame, tl: pd.DataFrame) -> dict:
-    """How the steady-state means depend on the host costs: the mean number of steps
-    (``<m>_steps``), of sequence-steps (``<m>_seq_steps``, summed batch sizes), of new-request
-    steps (``<m>_new_steps``, requests first scheduled in them) and of token-steps
-    (``<m>_token_steps``, summed scheduled tokens) inside each request's TTFT and inside its
-    decode span per output token. In a closed loop the schedule does not depend on step
-    durations, so the means are exactly linear in the four coefficients
-    (``calibration.host_fit``)."""
-    if not len(steady):
-        return {c: float("nan") for c in host_fit.term_columns()}
+def _steady(req: pd.DataFrame, lat: pd.DataFrame, trim: bool) -> pd.DataFrame:
+    """The measured requests' latencies: all, or with ``trim`` without each client's first and
+    last request."""
+    if not trim:
+        return lat
+    ids = req.groupby("client")["request_id"]
+    inner = (req["request_id"] != ids.transform("min")) & \
+        (req["request_id"] != ids.transform("max"))
+    return lat[lat["request_id"].isin(req.loc[inner, "request_id"])]
+
+
+def _spans(steady: pd.DataFrame, req: pd.DataFrame, tl: pd.DataFrame):
+    """The steps in time order (``order`` into ``tl``), each step's new requests, and per
+    metric the steps inside each steady request's span — its TTFT, and its decode span per
+    output token — as (first, end, weight) with ``weight`` what one step adds to the mean."""
     ends = (tl["time_s"] + tl["step_time_s"]).to_numpy()
     order = np.argsort(ends, kind="stable")
     ends = ends[order]
@@ -154,27 +158,83 @@ def host_terms(steady: pd.DataFrame, req: pd.DataFrame, tl: pd.DataFrame) -> dic
     if started.any():  # a step's new requests: those first scheduled at its start
         firsts = req["first_scheduled_s"].value_counts()
         new[started] = firsts.loc[tl["time_s"].to_numpy()[started]].to_numpy()
-    per_step = {"seq_steps": tl["batch_size"].to_numpy(), "new_steps": new,
-                "token_steps": tl["scheduled_tokens"].to_numpy()}
-    cum = {k: np.concatenate([[0], np.cumsum(v[order])]) for k, v in per_step.items()}
     r = req.set_index("request_id").loc[steady["request_id"]]
     eps = 1e-9  # an arrival is the end of the step that completed the client's previous request
     per_tok = 1.0 / np.maximum(r["generated_tokens"].to_numpy() - 1, 1)
-    out = {}
+    spans = {}
     for m, (t0, t1), weight in (("ttft", ("arrival_s", "first_token_s"), 1.0),
                                 ("tpot", ("first_token_s", "completion_s"), per_tok)):
         i0 = np.searchsorted(ends, r[t0].to_numpy() + eps, side="right")
         i1 = np.searchsorted(ends, r[t1].to_numpy() + eps, side="right")
-        out[f"{m}_steps"] = float(((i1 - i0) * weight).mean())
+        spans[m] = (i0, i1, np.broadcast_to(weight, i0.shape) / len(r))
+    return order, new, spans
+
+
+def host_terms(steady: pd.DataFrame, req: pd.DataFrame, tl: pd.DataFrame) -> dict:
+    """How the steady-state means depend on the host costs: the mean number of steps
+    (``<m>_steps``), of sequence-steps (``<m>_seq_steps``, summed batch sizes), of new-request
+    steps (``<m>_new_steps``, requests first scheduled in them) and of token-steps
+    (``<m>_token_steps``, summed scheduled tokens) inside each request's TTFT and inside its
+    decode span per output token. In a closed loop the schedule does not depend on step
+    durations, so where host time adds to every step the means are exactly linear in the four
+    coefficients (``calibration.host_fit``)."""
+    if not len(steady):
+        return {c: float("nan") for c in host_fit.term_columns()}
+    order, new, spans = _spans(steady, req, tl)
+    per_step = {"seq_steps": tl["batch_size"].to_numpy(), "new_steps": new,
+                "token_steps": tl["scheduled_tokens"].to_numpy()}
+    cum = {k: np.concatenate([[0], np.cumsum(v[order])]) for k, v in per_step.items()}
+    out = {}
+    for m, (i0, i1, w) in spans.items():
+        out[f"{m}_steps"] = float(((i1 - i0) * w).sum())
         for k, c in cum.items():
-            out[f"{m}_{k}"] = float(((c[i1] - c[i0]) * weight).mean())
+            out[f"{m}_{k}"] = float(((c[i1] - c[i0]) * w).sum())
     return out
 
 
+def step_profile(records, trim: bool, host: tuple[float, ...], cost) -> pd.DataFrame:
+    """Each distinct step of a run whose steps take max(GPU, host + kernel launches) (an
+    overlap scheduler), with its weight in the steady-state mean TTFT and TPOT: the host fit's
+    model of such a row (``calibration.host_fit.predictions``). Columns: the terms the host
+    coefficients multiply (``host_fit.TERMS``), ``gpu_ms``, ``launch_ms`` (the kernels the
+    host launches one by one where no CUDA graph replays, from ``cost``, the row's
+    ``RooflineCostModel``), ``host_ms`` (the host time the step showed, simulated with
+    ``host``, the ``sim.cost.host.KEYS`` coefficients), ``w_ttft`` and ``w_tpot``. Steps alike
+    to 1 µs are merged (weights summed)."""
+    req, tl = records.requests, records.timeline
+    steady = _steady(req, per_request_latencies(req), trim)
+    if not len(steady) or not len(tl):
+        return pd.DataFrame()
+    order, new, spans = _spans(steady, req, tl)
+    tokens = tl["scheduled_tokens"].to_numpy()[order]
+    prefill = tl["prefill_tokens"].to_numpy()[order]
+    kinds = pd.DataFrame({"t": tokens, "p": prefill > 0, "d": tokens > prefill})
+    launches = kinds.drop_duplicates().assign(
+        n=lambda k: [cost.launches(int(t), bool(p), bool(d)) for t, p, d in k.to_numpy()])
+    n = kinds.merge(launches, on=["t", "p", "d"], how="left")["n"].to_numpy()
+    host_ms = tl["host_s"].to_numpy()[order] * 1e3
+    prof = pd.DataFrame({"steps": 1.0, "seq_steps": tl["batch_size"].to_numpy()[order],
+                         "new_steps": new[order], "token_steps": tokens,
+                         "gpu_ms": (tl["step_time_s"].to_numpy()[order] * 1e3
+                                    - host_ms).round(3),
+                         "launch_ms": (n * cost.eager_launch_s * 1e3).round(3),
+                         "host_ms": host_ms})
+    for m, (i0, i1, w) in spans.items():
+        diff = np.zeros(len(tl) + 1)
+        np.add.at(diff, i0, w)
+        np.add.at(diff, i1, -w)
+        prof[f"w_{m}"] = np.cumsum(diff)[:-1]
+    prof = prof[(prof["w_ttft"] != 0) | (prof["w_tpot"] != 0)]
+    return prof.groupby([*host_fit.TERMS, "gpu_ms", "launch_ms"], as_index=False).agg(
+        host_ms=("host_ms", "mean"), w_ttft=("w_ttft", "sum"), w_tpot=("w_tpot", "sum"))
+
+
 def simulate_plans(plans: pd.DataFrame, simulator: RowSimulator,
-                   host: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+                   host: dict[str, tuple[float, float]] | None = None,
+                   profiles: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Simulate every plan without a reason (``host`` per backend overrides the calibrated host
-    block); a config the simulator refuses becomes the row's reason."""
+    block); a config the simulator refuses becomes the row's reason. ``profiles`` receives
+    the ``step_profile`` of each row simulated with ``host`` whose host time does not add."""
     out = []
     for plan in plans.to_dict("records"):
         res: dict[str, Any] = {}
@@ -186,6 +246,9 @@ def simulate_plans(plans: pd.DataFrame, simulator: RowSimulator,
                 res = {"reason": f"refused by the simulator: {e}"}
             except RuntimeError as e:  # a stalled simulation
                 res = {"reason": f"simulation failed: {e}"}
+        profile = res.pop("step_profile", None)
+        if profiles is not None and profile is not None:
+            profiles[plan["id"]] = profile
         note = "; ".join(x for x in (plan["note"], res.pop("sim_note", "")) if x)
         out.append(plan | res | {"note": note})
     table = pd.DataFrame(out)

@@ -207,14 +207,15 @@ def _fit_host(plans: pd.DataFrame, simulator: RowSimulator, cfg) -> tuple[dict, 
     current = {}
     for b, path in files.items():
         current[b] = host_fit.coefficients(yaml.safe_load(path.read_text()).get("host") or {})
-    before = add_errors(simulate_plans(plans, simulator, current))
+    profiles: dict[str, pd.DataFrame] = {}
+    before = add_errors(simulate_plans(plans, simulator, current, profiles))
     fits = host_fit.fit_backends(before, current, cfg.held_out_fraction, cfg.seed,
-                                 tuple(cfg.host_keys))
+                                 tuple(cfg.host_keys), profiles)
     for b, why in host_fit.unfitted_backends(before, fits).items():
         print(f"host fit: {b} not fitted: {why}")
     hosts = {b: host_fit.coefficients(f) for b, f in fits.items()}
     table = add_errors(simulate_plans(plans, simulator, hosts))
-    host_fit.verify(fits, table, before, current)
+    host_fit.verify(fits, table, before, current, profiles)
     for b, f in fits.items():
         if cfg.write_host:
             host_fit.write_host(files[b], host_fit.host_block(

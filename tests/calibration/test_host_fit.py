@@ -1,4 +1,5 @@
-"""Host-overhead fit: exact linearity, recovery of known values, the split, the YAML write."""
+"""Host-overhead fit: exact linearity, step profiles under an overlap scheduler, recovery of
+known values, the split, the YAML write."""
 
 from __future__ import annotations
 
@@ -74,10 +75,10 @@ def test_step_counts_make_predictions_exactly_linear():
         assert np.isclose(lin[m][0], r1[f"pred_{m}_ms"], rtol=1e-9)
 
 
-def test_rows_under_an_overlap_scheduler_are_not_fitted():
+def test_rows_under_an_overlap_scheduler_without_a_step_profile_are_not_fitted():
     """A step under an overlap scheduler takes max(GPU, host): such rows (SGLang's and
-    TensorRT-LLM's by default) are left out of the linear fit, and a backend with no other
-    rows keeps its calibrated values."""
+    TensorRT-LLM's by default) enter the fit only through their step profiles, and a backend
+    with no usable row keeps its calibrated values."""
     truth = (1.5, 40.0, 250.0, 0.8)
     t = synthetic(truth, n=24).assign(mode="agg", host_adds=True)
     t = pd.concat([t, t.assign(backend="sglang", host_adds=False)], ignore_index=True)
@@ -85,6 +86,61 @@ def test_rows_under_an_overlap_scheduler_are_not_fitted():
     assert set(fits) == {"vllm"}
     assert np.allclose(host_fit.coefficients(fits["vllm"]), truth, rtol=1e-3)
     assert set(host_fit.unfitted_backends(t, fits)) == {"sglang"}
+
+
+def overlapped(h: tuple[float, ...], n: int = 16, seed: int = 1, launch_ms: float = 3.0):
+    """Rows of an overlap scheduler, simulated at host 0, whose measurements come from a known
+    host ``h``: each has decode steps of a few GPU times (some shorter than the host's time)
+    and one prefill step of ``launch_ms`` of kernel launches."""
+    rng = np.random.default_rng(seed)
+    t = synthetic(ZERO, n=n, seed=seed).assign(backend="trtllm", mode="agg", host_adds=False)
+    profiles = {}
+    for rid in t["id"]:
+        k = 6
+        seqs = rng.choice([4, 16, 64, 128], k).astype(float)
+        profiles[rid] = pd.DataFrame({
+            "steps": 1.0, "seq_steps": seqs, "new_steps": np.r_[1.0, np.zeros(k - 1)],
+            "token_steps": seqs + np.r_[1000.0, np.zeros(k - 1)],
+            "gpu_ms": rng.uniform(1.0, 9.0, k), "launch_ms": np.r_[launch_ms, np.zeros(k - 1)],
+            "host_ms": 0.0, "w_ttft": rng.uniform(0.5, 3.0, k), "w_tpot": rng.uniform(0, 0.2, k)})
+    for p in profiles.values():  # what the simulation at host 0 showed: the launches' excess
+        p["host_ms"] = np.maximum(p["launch_ms"] - p["gpu_ms"], 0.0)
+    meas = host_fit.predictions(t, ZERO, h, profiles)
+    return t.assign(meas_ttft_ms=meas["ttft"], meas_tpot_ms=meas["tpot"]), profiles
+
+
+def test_fit_recovers_host_values_that_show_only_above_the_gpu_time():
+    truth = (2.5, 50.0, 0.0, 0.0)
+    t, profiles = overlapped(truth)
+    fitted = host_fit.fit_host(t, ZERO, free=("overhead_ms", "per_seq_us"), profiles=profiles)
+    assert np.allclose(fitted, truth, rtol=1e-3, atol=1e-6)
+
+
+def test_fit_finds_host_values_from_a_start_where_they_hide_everywhere():
+    """Without launches, host time at the start (0) hides under every step: no gradient."""
+    truth = (2.5, 50.0, 0.0, 0.0)
+    t, profiles = overlapped(truth, launch_ms=0.0)
+    fitted = host_fit.fit_host(t, ZERO, free=("overhead_ms", "per_seq_us"), profiles=profiles)
+    assert np.allclose(fitted, truth, rtol=1e-3, atol=1e-6)
+
+
+def test_a_step_profile_predicts_the_overlapped_simulation():
+    """A TensorRT-LLM row (overlap scheduler; its decode steps replay graphs): the profile
+    simulated at one host value predicts the simulation at another."""
+    plan = plan_rows(pd.DataFrame([row(backend="trtllm", batch_size=4.0, isl=96, osl=12)]),
+                     "h100_sxm").iloc[0].to_dict()
+    plan["overrides"] = [*plan["overrides"], *(f"backend.frontend.{k}=0" for k in (
+        "per_request_ms", "per_prompt_token_us", "per_output_token_us", "latency_ms"))]
+    h0, h1 = ZERO, (10.0, 60.0, 0.0, 0.0)  # above a decode step's GPU time: it shows
+    with RowSimulator(3, harness="burst") as s:
+        r0 = s.run(s.compose(plan), h0)
+        r1 = s.run(s.compose(plan), h1)
+    assert not r0["host_adds"]
+    rows = pd.DataFrame([r0 | {"id": "r"}]).drop(columns="step_profile")
+    pred = host_fit.predictions(rows, h0, h1, {"r": r0["step_profile"]})
+    assert r1["pred_tpot_ms"] > 1.2 * r0["pred_tpot_ms"]
+    for m in ("ttft", "tpot"):
+        assert np.isclose(pred[m][0], r1[f"pred_{m}_ms"], rtol=1e-3)
 
 
 def test_the_row_simulator_says_whether_host_time_adds():
@@ -102,7 +158,7 @@ def test_write_host_replaces_only_the_host_block(tmp_path):
                     "errors:\n  x: 3\n")
     f = {"overhead_ms": 0.8, "per_seq_us": 5.0, "per_new_request_us": 90.0, "per_token_us": 0.2,
          "train_ids": ["a"], "held_out_ids": ["b"],
-         "linear": {"train": {}, "held_out": {}}}
+         "model": {"train": {}, "held_out": {}}}
     host_fit.write_host(path, host_fit.host_block(f, 0.3, 0, "s.csv"))
     doc = yaml.safe_load(path.read_text())
     assert doc["host"]["overhead_ms"] == 0.8 and doc["host"]["fitted"] is True
