@@ -43,11 +43,12 @@ TYPICAL = np.array([1.0, 10.0, 100.0, 1.0])  # least_squares' x_scale
 
 def held_out(table: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
     """Boolean mask of held-out rows: per backend, a seeded ``fraction`` of its distinct
-    (model, isl, osl, tp) groups (at least one when it has two or more)."""
+    (model, isl, osl, tp) groups (at least one when it has two or more), drawn for each
+    backend alone, so a backend's split does not depend on which others the table holds."""
     mask = np.zeros(len(table), dtype=bool)
-    rng = np.random.default_rng(seed)
     keys = table[GROUP].astype(str).agg("|".join, axis=1)
     for backend in sorted(table["backend"].unique()):
+        rng = np.random.default_rng(seed)
         sel = (table["backend"] == backend).to_numpy()
         groups = np.array(sorted(keys[sel].unique()))
         k = int(round(fraction * len(groups)))
@@ -71,16 +72,25 @@ def linear_predictions(rows: pd.DataFrame, current, host) -> dict[str, np.ndarra
             for m in METRICS}
 
 
+def adds_to_every_step(rows: pd.DataFrame) -> np.ndarray:
+    """Whether each row's host time adds to every step (``RowSimulator.run``'s ``host_adds``;
+    a table without the column: yes)."""
+    if "host_adds" not in rows:
+        return np.ones(len(rows), dtype=bool)
+    return rows["host_adds"].fillna(True).to_numpy(bool)
+
+
 class StepStack:
     """The step profiles (``silicon_replay.step_profile``) of the rows of ``rows`` whose host
     time does not add to every step, stacked for vectorized predictions."""
 
     def __init__(self, rows: pd.DataFrame, profiles: dict[str, pd.DataFrame]) -> None:
-        adds = rows["host_adds"].fillna(True).to_numpy(bool) if "host_adds" in rows \
-            else np.ones(len(rows), bool)
         ids = rows["id"].to_numpy()
-        self.rows = np.array([not a and i in profiles for a, i in zip(adds, ids, strict=True)],
-                             dtype=bool)
+        self.rows = ~adds_to_every_step(rows)
+        missing = [i for i, r in zip(ids, self.rows, strict=True) if r and i not in profiles]
+        if missing:
+            raise ValueError(f"row {missing[0]}: its host time does not add to every step and "
+                             f"it has no step profile to model it with")
         parts = [profiles[i].assign(row=j) for j, i in enumerate(ids) if self.rows[j]]
         p = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
             columns=[*TERMS, "gpu_ms", "launch_ms", "host_ms", "w_ttft", "w_tpot", "row"])
@@ -130,9 +140,11 @@ def abs_errors(pred: dict[str, np.ndarray], rows: pd.DataFrame) -> dict:
 
 
 def fit_host(rows: pd.DataFrame, current, free=KEYS,
-             profiles: dict[str, pd.DataFrame] | None = None) -> tuple[float, ...]:
+             profiles: dict[str, pd.DataFrame] | None = None) -> tuple[float, ...] | None:
     """The ``sim.cost.host.KEYS`` coefficients minimizing the soft-L1 relative error of TTFT
-    and TPOT (``predictions``); those not in ``free`` stay at their ``current`` values."""
+    and TPOT (``predictions``); those not in ``free`` stay at their ``current`` values. None
+    when no fit does better than the ``current`` values (the rows do not identify them: host
+    time that hides under every step's GPU time moves nothing)."""
     ok = rows[term_columns()].notna().all(axis=1)
     rows = rows[ok & rows["pred_ttft_ms"].notna()].reset_index(drop=True)
     if rows.empty:
@@ -140,6 +152,7 @@ def fit_host(rows: pd.DataFrame, current, free=KEYS,
     current = np.asarray(current, dtype=float)
     mask = np.array([k in free for k in KEYS])
     stack = StepStack(rows, profiles or {})
+    f_scale = 0.1
 
     def full(x):
         h = current.copy()
@@ -151,17 +164,21 @@ def fit_host(rows: pd.DataFrame, current, free=KEYS,
         return np.concatenate([pred[m] / rows[f"meas_{m}_ms"].to_numpy() - 1.0
                                for m in METRICS])
 
-    # host time hidden under the GPU's moves nothing, so from a start where it hides
-    # everywhere the gradient is zero: start also from typical and ten-fold typical values,
-    # and leave the current ones only for a fit that is better (where every start is as good,
-    # the rows do not identify the coefficients)
+    def cost(x):  # least_squares' soft-L1 cost
+        z = (residuals(x) / f_scale) ** 2
+        return float(0.5 * f_scale**2 * np.sum(2 * (np.sqrt(1 + z) - 1)))
+
+    # from a start where the host time hides everywhere the gradient is zero: start also from
+    # typical and ten-fold typical values
     best = None
     for x0 in (current[mask], TYPICAL[mask], 10 * TYPICAL[mask]):
-        res = least_squares(residuals, np.clip(x0, 1e-3, UPPER[mask] - 1e-3),
+        res = least_squares(residuals, np.clip(x0, 0.0, UPPER[mask]),
                             bounds=(np.zeros(mask.sum()), UPPER[mask]), loss="soft_l1",
-                            f_scale=0.1, x_scale=TYPICAL[mask])
-        if best is None or res.cost < best.cost * (1 - 1e-6):
+                            f_scale=f_scale, x_scale=TYPICAL[mask])
+        if best is None or res.cost < best.cost:
             best = res
+    if best.cost >= cost(current[mask]) * (1 - 1e-6):
+        return None
     return tuple(float(v) for v in full(best.x))
 
 
@@ -170,45 +187,45 @@ def fitted_rows(table: pd.DataFrame, profiles: dict[str, pd.DataFrame] | None = 
     """The rows a host fit can use: simulated aggregated rows whose host time adds to every
     step, or that have a step profile (a disaggregated row's KV transfers make its schedule
     depend on step durations)."""
-    adds = table.get("host_adds", pd.Series(False, index=table.index)).eq(True)
-    profiled = table["id"].isin(list(profiles or {}))
-    return table[table["pred_ttft_ms"].notna() & (table["mode"] == "agg") & (adds | profiled)
-                 ].reset_index(drop=True)
+    usable = adds_to_every_step(table) | table["id"].isin(list(profiles or {})).to_numpy()
+    return table[table["pred_ttft_ms"].notna().to_numpy() & (table["mode"] == "agg").to_numpy()
+                 & usable].reset_index(drop=True)
 
 
 def fit_backends(table: pd.DataFrame, current: dict[str, tuple[float, ...]],
                  fraction: float, seed: int, free=KEYS,
-                 profiles: dict[str, pd.DataFrame] | None = None) -> dict:
-    """Per backend: the fitted host values and the fit's model's train and held-out errors.
-    ``table`` holds every row simulated with the ``current`` host values of its backend, and
-    ``profiles`` the step profiles of those whose host time does not add (``fitted_rows``
-    says which enter). A backend with no such row is not fitted (``unfitted_backends`` says
-    why)."""
+                 profiles: dict[str, pd.DataFrame] | None = None
+                 ) -> tuple[dict, dict[str, str]]:
+    """Per backend: the fitted host values and the fit's model's train and held-out errors;
+    and the backends with simulated rows left unfitted, with why. ``table`` holds every row
+    simulated with the ``current`` host values of its backend, and ``profiles`` the step
+    profiles of those whose host time does not add (``fitted_rows`` says which enter)."""
     done = fitted_rows(table, profiles)
     hold = held_out(done, fraction, seed)
-    fits = {}
-    for backend in sorted(done["backend"].unique()):
+    fits, skipped = {}, {}
+    for backend in sorted(table.loc[table["pred_ttft_ms"].notna(), "backend"].unique()):
         sel = (done["backend"] == backend).to_numpy()
         train = done[sel & ~hold].reset_index(drop=True)
         test = done[sel & hold].reset_index(drop=True)
+        if not sel.any():
+            skipped[backend] = ("no aggregated row to fit on whose host time adds to every "
+                                "step or that has a step profile; the calibrated values are kept")
+            continue
         if train.empty:
+            skipped[backend] = "every row is held out; the calibrated values are kept"
             continue
         h = fit_host(train, current[backend], free, profiles)
+        if h is None:
+            skipped[backend] = ("no fit does better than the calibrated values (host time that "
+                                "hides under the GPU's moves nothing): they are kept")
+            continue
         fits[backend] = {
             **{k: round(v, 4) for k, v in zip(KEYS, h, strict=True)}, "fitted_keys": list(free),
             "train_ids": train["id"].tolist(), "held_out_ids": test["id"].tolist(),
             "model": {split: abs_errors(predictions(rows, current[backend], h, profiles), rows)
                       for split, rows in (("train", train), ("held_out", test))},
         }
-    return fits
-
-
-def unfitted_backends(table: pd.DataFrame, fits: dict) -> dict[str, str]:
-    """Backends with simulated rows that ``fit_backends`` did not fit, and why."""
-    done = table[table["pred_ttft_ms"].notna()]
-    return {b: "no aggregated row to fit on (disaggregated rows' schedules depend on step "
-               "durations); the calibrated values are kept"
-            for b in sorted(done["backend"].unique()) if b not in fits}
+    return fits, skipped
 
 
 def coefficients(f: dict) -> tuple[float, ...]:

@@ -46,9 +46,11 @@ class RowSimulator(SimConfigContext):
             cfg.workload.ramp_up_s = request_latency_estimate(cfg)
         return cfg
 
-    def run(self, cfg, host: tuple[float, ...] | None = None) -> dict:
+    def run(self, cfg, host: tuple[float, ...] | None = None, profile: bool = False) -> dict:
         """Simulate; steady-state mean TTFT/TPOT (ms) and step diagnostics. ``host`` (the
-        ``sim.cost.host.KEYS`` coefficients) overrides the calibrated file's host block."""
+        ``sim.cost.host.KEYS`` coefficients) overrides the calibrated file's host block; with
+        ``profile`` (and ``host``) a row whose host time does not add to every step also gets
+        its ``step_profile``."""
         if host is not None:
             for field, value in zip(HOST_FIELDS, host, strict=True):
                 setattr(cfg.cost_model, field, float(value))
@@ -59,7 +61,7 @@ class RowSimulator(SimConfigContext):
         # under an overlap scheduler a step takes max(GPU, host), not their sum
         host_adds = not overlaps(cfg.backend, cfg.cluster.pipeline_parallel_size)
         out = measure(records, trim=self.harness == "ramp" and self.per_client >= 3)
-        if host is not None and not host_adds:  # what the host fit needs of such a row
+        if profile and host is not None and not host_adds:  # the host fit's model of it
             out["step_profile"] = step_profile(records, self.harness == "ramp"
                                                and self.per_client >= 3, host,
                                                sim.builders.build_cost_model(cfg))
@@ -208,16 +210,19 @@ def step_profile(records, trim: bool, host: tuple[float, ...], cost) -> pd.DataF
     order, new, spans = _spans(steady, req, tl)
     tokens = tl["scheduled_tokens"].to_numpy()[order]
     prefill = tl["prefill_tokens"].to_numpy()[order]
-    kinds = pd.DataFrame({"t": tokens, "p": prefill > 0, "d": tokens > prefill})
-    launches = kinds.drop_duplicates().assign(
-        n=lambda k: [cost.launches(int(t), bool(p), bool(d)) for t, p, d in k.to_numpy()])
-    n = kinds.merge(launches, on=["t", "p", "d"], how="left")["n"].to_numpy()
+    launch_s = getattr(cost, "eager_launch_s", 0.0)  # (a constant cost model launches nothing)
+    n = np.zeros(len(tl))
+    if launch_s:
+        kinds = pd.DataFrame({"t": tokens, "p": prefill > 0, "d": tokens > prefill})
+        launches = kinds.drop_duplicates().assign(
+            n=lambda k: [cost.launches(int(t), bool(p), bool(d)) for t, p, d in k.to_numpy()])
+        n = kinds.merge(launches, on=["t", "p", "d"], how="left")["n"].to_numpy()
     host_ms = tl["host_s"].to_numpy()[order] * 1e3
     prof = pd.DataFrame({"steps": 1.0, "seq_steps": tl["batch_size"].to_numpy()[order],
                          "new_steps": new[order], "token_steps": tokens,
                          "gpu_ms": (tl["step_time_s"].to_numpy()[order] * 1e3
                                     - host_ms).round(3),
-                         "launch_ms": (n * cost.eager_launch_s * 1e3).round(3),
+                         "launch_ms": (n * launch_s * 1e3).round(3),
                          "host_ms": host_ms})
     for m, (i0, i1, w) in spans.items():
         diff = np.zeros(len(tl) + 1)
@@ -241,7 +246,8 @@ def simulate_plans(plans: pd.DataFrame, simulator: RowSimulator,
         if not plan["reason"]:
             try:
                 cfg = simulator.compose(plan)
-                res = simulator.run(cfg, (host or {}).get(plan["backend"]))
+                res = simulator.run(cfg, (host or {}).get(plan["backend"]),
+                                    profile=profiles is not None)
             except (ConfigError, WorkloadError) as e:
                 res = {"reason": f"refused by the simulator: {e}"}
             except RuntimeError as e:  # a stalled simulation

@@ -209,9 +209,9 @@ def _fit_host(plans: pd.DataFrame, simulator: RowSimulator, cfg) -> tuple[dict, 
         current[b] = host_fit.coefficients(yaml.safe_load(path.read_text()).get("host") or {})
     profiles: dict[str, pd.DataFrame] = {}
     before = add_errors(simulate_plans(plans, simulator, current, profiles))
-    fits = host_fit.fit_backends(before, current, cfg.held_out_fraction, cfg.seed,
-                                 tuple(cfg.host_keys), profiles)
-    for b, why in host_fit.unfitted_backends(before, fits).items():
+    fits, skipped = host_fit.fit_backends(before, current, cfg.held_out_fraction, cfg.seed,
+                                          tuple(cfg.host_keys), profiles)
+    for b, why in skipped.items():
         print(f"host fit: {b} not fitted: {why}")
     hosts = {b: host_fit.coefficients(f) for b, f in fits.items()}
     table = add_errors(simulate_plans(plans, simulator, hosts))

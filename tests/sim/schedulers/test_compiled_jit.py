@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba.core.registry import CPUDispatcher as Dispatcher
 
-from sim.compiled import kernel
+import sim.compiled
 from sim.compiled.sglang_step import _victims_last
 
 
 def test_the_loop_is_compiled_without_reference_counting():
-    assert kernel.run.targetoptions["_nrt"] is False
+    """Every numba function under ``sim/compiled/`` but ``arrival_cutoff`` (which the SimPy
+    engine calls with arrays)."""
+    found = []
+    for info in pkgutil.iter_modules(sim.compiled.__path__, "sim.compiled."):
+        module = importlib.import_module(info.name)
+        for name, f in vars(module).items():
+            if isinstance(f, Dispatcher) and f.__module__ == info.name:
+                found.append(name)
+                assert f.targetoptions.get("_nrt", True) is (name == "arrival_cutoff"), name
+    assert "run" in found and "arrival_cutoff" in found and len(found) > 40
 
 
 @settings(max_examples=200, deadline=None)
