@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+from sim.compiled import event_heap as H
 from sim.compiled import step_schedule as S
 from sim.compiled.jit import compiled
 from sim.compiled.keyed_queue import queue
@@ -50,12 +51,6 @@ ADMITTING = 0  # a replica's frontend clock that admits (1: its streaming proces
 
 
 @compiled
-def _before(t1, s1, t2, s2):
-    """Whether the event (time ``t1``, stamp ``s1``) comes before (``t2``, ``s2``)."""
-    return t1 < t2 or (t1 == t2 and s1 < s2)
-
-
-@compiled
 def _stamp(st):
     """A new creation stamp: events due at one time run in the order they were created, as
     SimPy runs the events it schedules for one time (``sim.engine.run``, ``sim.engine.replica``)."""
@@ -64,50 +59,15 @@ def _stamp(st):
 
 
 @compiled
-def _heap_insert(heap, st, size, time, stamp, item):
-    """Add ``item`` due at (``time``, ``stamp``) to a binary heap of three arrays (times,
-    stamps, items) whose length is ``st[size]``."""
-    heap_t, heap_s, heap_r = heap
-    i = st[size]
-    st[size] += 1
-    while i > 0:
-        p = (i - 1) // 2
-        if _before(heap_t[p], heap_s[p], time, stamp):
-            break
-        heap_t[i], heap_s[i], heap_r[i] = heap_t[p], heap_s[p], heap_r[p]
-        i = p
-    heap_t[i], heap_s[i], heap_r[i] = time, stamp, item
-
-
-@compiled
-def _heap_remove_first(heap, st, size):
-    """Remove the first entry (smallest time, then stamp) of a heap of ``_heap_insert``."""
-    heap_t, heap_s, heap_r = heap
-    n = st[size] - 1
-    st[size] = n
-    time, stamp, item = heap_t[n], heap_s[n], heap_r[n]
-    i = 0
-    while 2 * i + 1 < n:
-        c = 2 * i + 1
-        if c + 1 < n and _before(heap_t[c + 1], heap_s[c + 1], heap_t[c], heap_s[c]):
-            c += 1
-        if not _before(heap_t[c], heap_s[c], time, stamp):
-            break
-        heap_t[i], heap_s[i], heap_r[i] = heap_t[c], heap_s[c], heap_r[c]
-        i = c
-    heap_t[i], heap_s[i], heap_r[i] = time, stamp, item
-
-
-@compiled
 def _heap_push(heap, st, time, rid):
     """Add ``rid``'s release at ``time`` to the heap of follow-ups sent after a think time."""
-    _heap_insert(heap, st, HEAP, time, _stamp(st), rid)
+    H.insert(heap, st, HEAP, time, _stamp(st), rid)
 
 
 @compiled
 def _heap_pop(heap, st):
     """Remove the heap's first release."""
-    _heap_remove_first(heap, st, HEAP)
+    H.remove_first(heap, st, HEAP)
 
 
 @compiled
@@ -351,7 +311,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             st[ROWS] = k + 1
             rf[p, 1] = start + cost[0]
             rs[p, S.PHASE] = BUSY
-            _heap_insert(ends, st, STEPS, rf[p, 1], rs[p, S.STARTED], p)
+            H.insert(ends, st, STEPS, rf[p, 1], rs[p, S.STARTED], p)
             st[PENDING] = -1
             continue
         if st[ENDED] >= max_ended:  # (a step is recorded when it starts, as in SimPy)
@@ -363,10 +323,10 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             when, stamp, kind, r = ends[0][0], ends[1][0], 0, ends[2][0]
         if st[CURSOR] < len(order):
             a = t[0][order[st[CURSOR]]]
-            if _before(a, st[OPEN_STAMP], when, stamp):
+            if H.before(a, st[OPEN_STAMP], when, stamp):
                 when, stamp, kind = a, st[OPEN_STAMP], 1
         heap = clients[2]
-        if st[HEAP] and _before(heap[0][0], heap[1][0], when, stamp):
+        if st[HEAP] and H.before(heap[0][0], heap[1][0], when, stamp):
             when, stamp, kind = heap[0][0], heap[1][0], 2
         if st[QCOUNT] and when > now:
             # what was created at this instant, in order, once everything created before
@@ -394,7 +354,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             else:
                 _arrive(rid, when, t, refusal, clients, router, pool, st, cfg)
         else:
-            _heap_remove_first(ends, st, STEPS)
+            H.remove_first(ends, st, STEPS)
             seen = when
             fe = clients[3]
             if fe[3][2]:  # the clients see the step's tokens once streamed (``stream``)
