@@ -14,8 +14,9 @@ step with the same arithmetic as ``RooflineCostModel.step_cost``:
   interpolated in log2 of the shape variables) as flat arrays, with the constants of
   ``sim.cost.pricing.attention_point_time``.
 
-The rows are filled lazily: the kernel stops and names a missing ``T`` or ``S``, ``fill``
-prices it with the Python cost model, and the kernel resumes. Only dense-layout replicas
+The rows are filled lazily: the kernel stops and names a missing ``T`` or ``S``, ``fill_*``
+prices it (token counts a block at a time) with the Python cost model, and the kernel
+resumes. Only dense-layout replicas
 whose every layer is full GQA softmax attention on one pipeline stage can be packed
 (``packable``).
 """
@@ -28,7 +29,7 @@ from sim.cost.base import BOUNDS
 from sim.cost.eta import Eta
 from sim.cost.layers import head_seq_ops, head_token_ops
 from sim.cost.pricing import ACT_BYTES
-from sim.cost.roofline import BOUND_INDEX, RooflineCostModel, bound_parts
+from sim.cost.roofline import BOUND_INDEX, TOKEN_BLOCK, RooflineCostModel, bound_parts
 
 # the shape variables of ``sim.cost.operators.attention_axes``, in the kernel's order
 AXES = ("q", "s", "u", "d", "kv", "c", "i", "g")
@@ -79,12 +80,17 @@ class Prices:
         self.etas = pack_etas([pre.compute, pre.memory, dec.compute, dec.memory])
 
     def fill_tokens(self, T: int) -> None:
-        """Price the token-count rows of a step of ``T`` tokens."""
+        """Price the token-count rows of every count in ``T``'s block of ``TOKEN_BLOCK`` (the
+        cost model prices the layers' operators a block at a time; the head's are priced
+        here over the block's counts at once), so the kernel stops once per block."""
         m = self.model
-        self.tok[T, :3] = m._stage_token_parts(T, T)[0]
-        self.tok[T, DISPATCH_DECODE] = m.graphs.dispatches(T, True)
-        self.tok[T, DISPATCH_PREFILL] = m.graphs.dispatches(T, False)
-        self.head_tok[T] = bound_parts(head_token_ops(m.p, m.g, m.hw, T))
+        lo = T - T % TOKEN_BLOCK
+        counts = np.arange(max(lo, 1), min(lo + TOKEN_BLOCK, len(self.tok)), dtype=np.int64)
+        for t in counts.tolist():
+            self.tok[t, :3] = m._stage_token_parts(t, t)[0]
+            self.tok[t, DISPATCH_DECODE] = m.graphs.dispatches(t, True)
+            self.tok[t, DISPATCH_PREFILL] = m.graphs.dispatches(t, False)
+        self.head_tok[counts] = bound_parts(head_token_ops(m.p, m.g, m.hw, counts)).T
 
     def fill_seqs(self, S: int) -> None:
         """Price the per-sequence head operators of a step of ``S`` sequences."""

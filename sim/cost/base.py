@@ -33,7 +33,9 @@ class OperatorCost:
 
     ``count`` is how many times it runs per step (e.g. once per layer); ``flops``, ``bytes``
     and ``time_s`` are totals over those runs, per GPU. ``dtype`` is the math dtype whose peak
-    it runs against ("" where no FLOPs count: memory-only kernels and communication).
+    it runs against ("" where no FLOPs count: memory-only kernels and communication). Priced
+    at many token counts at once (``sim.cost.pricing``), ``flops``, ``bytes`` and ``time_s``
+    are arrays over the counts and ``bound`` is one name or an array of them.
     """
 
     name: str

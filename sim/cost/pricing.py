@@ -3,8 +3,10 @@ elementwise kernels and collectives, each through the calibrated time functions 
 ``sim.cost.operators``.
 
 Every method returns one run (``count = 1``) as an ``OperatorCost``; callers scale it by the
-number of layers. Attention-like kernels can also be priced over arrays (one entry per decode
-step of a window) as a ``Kernel``.
+number of layers. GEMMs, experts, elementwise kernels and collectives also take an array of
+token counts (``m``, ``num_tokens``, ``nbytes``) and price the operator at each of them at once
+(fields arrays; ``bound`` an array of roofs for the roofline kernels). Attention-like kernels
+can also be priced over arrays (one entry per decode step of a window) as a ``Kernel``.
 
 Block-scaled FP8 weights (``fp8_block``) multiply at the FP8 peak with their own calibrated
 efficiency (the 128×128 block-scale kernels are slower than per-tensor FP8), or with the
@@ -129,6 +131,8 @@ class Pricer:
 
     def gemm(self, name: str, m, n: int, k: int, dtype: str) -> OperatorCost:
         """C[m,n] = A[m,k]·B[k,n] with weights (B) in ``dtype``."""
+        if isinstance(m, np.ndarray):
+            return self._gemm(name, m, n, k, dtype)
         return self._memo.get_or(("gemm", name, m, n, k, dtype),
                                  lambda: self._gemm(name, m, n, k, dtype))
 
@@ -138,19 +142,20 @@ class Pricer:
         t, cb = gemm_time(self.eff.gemm[efficiency_key(dtype, self.eff.gemm)], m, n, k,
                           self.peak(dtype), self.hw.hbm_bandwidth, w_bytes,
                           num_sms=self.hw.num_sms)
-        return OperatorCost(name, 1, float(f), float(b), float(t),
-                            "compute" if cb else "memory", math_dtype(dtype))
+        return _roofline_op(name, f, b, t, cb, math_dtype(dtype))
 
     def elementwise(self, name: str, nbytes: float, kernels: int) -> OperatorCost:
         """Memory-bound kernels (norms, rotary, activations, cache writes) moving ``nbytes``."""
         e = self.eff
         t = nbytes / (self.hw.hbm_bandwidth * e.elementwise_eta_memory)
         t += kernels * e.elementwise_launch_s
-        return OperatorCost(name, 1, 0.0, float(nbytes), float(t), "memory")
+        return _bound_op(name, nbytes, t, "memory")
 
     def comm(self, name: str, kind: str, nbytes: float, gpus: int, link_bw: float,
              extra_latency_s: float = 0.0) -> OperatorCost:
         """One collective of ``kind`` moving a message of ``nbytes`` among ``gpus`` GPUs."""
+        if isinstance(nbytes, np.ndarray):
+            return self._comm(name, kind, nbytes, gpus, link_bw, extra_latency_s)
         return self._memo.get_or(
             ("comm", name, kind, nbytes, gpus, link_bw, extra_latency_s),
             lambda: self._comm(name, kind, nbytes, gpus, link_bw, extra_latency_s))
@@ -158,7 +163,7 @@ class Pricer:
     def _comm(self, name: str, kind: str, nbytes: float, gpus: int, link_bw: float,
               extra_latency_s: float) -> OperatorCost:
         t = comm_time(self.eff.comm[kind], kind, nbytes, gpus, link_bw) + extra_latency_s
-        return OperatorCost(name, 1, 0.0, float(nbytes), float(t), "comm")
+        return _bound_op(name, nbytes, t, "comm")
 
     def attention(self, name: str, flops: np.ndarray, nbytes: np.ndarray, q_per_seq,
                   num_seqs: int, prefill: bool, head_dim: float = 128.0,
@@ -227,6 +232,8 @@ class Pricer:
         ``w_bytes``, efficiency ``eff.moe[eff_key]`` (default: that of ``dtype``)."""
         args = (name, num_tokens, hidden, inter, num_experts, topk, distinct, dtype, w_bytes,
                 eff_key)
+        if isinstance(num_tokens, np.ndarray):
+            return self._experts(*args)
         return self._memo.get_or(("experts",) + args, lambda: self._experts(*args))
 
     def _experts(self, name: str, num_tokens, hidden: int, inter: int, num_experts: int,
@@ -237,5 +244,21 @@ class Pricer:
                          topk, distinct, self.peak(dtype), self.hw.hbm_bandwidth, w_bytes,
                          self.hw.num_sms)
         f, b = moe_work(num_tokens, hidden, inter, topk, distinct, w_bytes)
-        return OperatorCost(name, 1, float(f), float(b), float(t),
-                            "compute" if cb else "memory", math_dtype(dtype))
+        return _roofline_op(name, f, b, t, cb, math_dtype(dtype))
+
+
+def _roofline_op(name: str, flops, nbytes, time_s, compute_bound, dtype: str) -> OperatorCost:
+    """One run of a kernel on the roofline: floats and the roof that binds it, or, priced at
+    many token counts at once (arrays in), arrays and each count's roof."""
+    if np.ndim(time_s):
+        return OperatorCost(name, 1, flops, nbytes, time_s,
+                            np.where(compute_bound, "compute", "memory"), dtype)
+    return OperatorCost(name, 1, float(flops), float(nbytes), float(time_s),
+                        "compute" if compute_bound else "memory", dtype)
+
+
+def _bound_op(name: str, nbytes, time_s, bound: str) -> OperatorCost:
+    """One run of a memory-only kernel or a collective (no FLOPs), floats or arrays."""
+    if np.ndim(time_s):
+        return OperatorCost(name, 1, 0.0, nbytes, time_s, bound)
+    return OperatorCost(name, 1, 0.0, float(nbytes), float(time_s), bound)

@@ -37,6 +37,7 @@ from sim.errors import ConfigError
 from sim.model.layout import ATTENTION_KINDS, FFN_KINDS, LayerCounts, PerGpu, stage_layer_counts
 
 BOUND_INDEX = {"compute": 0, "memory": 1, "comm": 2}
+TOKEN_BLOCK = 256  # token counts priced together (RooflineCostModel._price_token_block)
 
 
 def load_calibration(name: str, backend: str,
@@ -81,11 +82,19 @@ def _parse_calibration(path: str, mtime_ns: int) -> tuple[Efficiency, dict]:
 
 
 def bound_parts(ops) -> np.ndarray:
-    """(compute, memory, comm) time of a list of operators."""
-    out = np.zeros(3)
+    """(compute, memory, comm) time of a list of operators: shape (3,), or (3, n) for
+    operators priced at n token counts at once (each count summed on its own roofs, in the
+    same order as one count alone: adding a 0.0 changes no sum)."""
+    out = None
     for op in ops:
-        out[BOUND_INDEX[op.bound]] += op.time_s
-    return out
+        if out is None:
+            out = np.zeros((3,) + np.shape(op.time_s))
+        if isinstance(op.bound, str):
+            out[BOUND_INDEX[op.bound]] += op.time_s
+        else:
+            out[0] += np.where(op.bound == "compute", op.time_s, 0.0)
+            out[1] += np.where(op.bound == "memory", op.time_s, 0.0)
+    return np.zeros(3) if out is None else out
 
 
 def _kernel_parts(kernels, k: int) -> np.ndarray:
@@ -154,6 +163,7 @@ class RooflineCostModel:
                                  for s in self.stages]
         # bounded memos of pure functions of (tokens, sequences); the token-count operators
         # depend on the sequence count only through linear attention's convolution state
+        # (otherwise they are priced a block of token counts at a time: _price_token_block)
         self._token_parts = Memo(16384)
         self._token_key_seqs = bool(self.g.lin_value_heads)
         self._head_parts = Memo(16384)
@@ -166,15 +176,36 @@ class RooflineCostModel:
         """(compute, memory, comm) of each stage's token-count operators, at the CUDA-graph
         size the step runs at (``decode_step``: every sequence decodes one token)."""
         T = self.graphs.padded(T, decode_step)
-        key = (T, S) if self._token_key_seqs else T
-        return self._token_parts.get_or(key, lambda: self._token_stage_parts(T, S))
+        if self._token_key_seqs or T < 1:
+            return self._token_parts.get_or((T, S), lambda: self._token_stage_parts(T, S))
+        parts = self._token_parts.get(T)
+        return self._price_token_block(T) if parts is None else parts
 
-    def _token_stage_parts(self, T: int, S: int) -> list[np.ndarray]:
+    def _price_token_block(self, T: int) -> np.ndarray:
+        """Price the token-count operators of every count in ``T``'s block of
+        ``TOKEN_BLOCK`` at once (numpy over the counts: a run meets thousands of distinct
+        counts, and pricing each alone in Python was a quarter of the default run's time),
+        remember them and return ``T``'s. A count is always priced in the same block, so
+        its price does not depend on which counts a run met first."""
+        lo = T - T % TOKEN_BLOCK
+        counts = np.arange(max(lo, 1), lo + TOKEN_BLOCK, dtype=np.int64)
+        block = np.moveaxis(np.array(self._token_stage_parts(counts, counts)), -1, 0)
+        block = np.ascontiguousarray(block)
+        block.setflags(write=False)  # rows are shared by every step of that count
+        memo = self._token_parts
+        if len(memo) + len(counts) > memo.size:
+            memo.clear()
+        memo.update(zip(counts.tolist(), block, strict=True))
+        return memo[T]
+
+    def _token_stage_parts(self, T, S) -> list[np.ndarray]:
+        """Each stage's (compute, memory, comm) of the token-count operators of a step of
+        ``T`` tokens over ``S`` sequences; (3, n) arrays for arrays of n counts."""
         ops = layer_token_ops(self.p, self.g, self.hw, T, S)
         per_kind = {kind: bound_parts(ops[kind]) for kind in ops}
         stages = []
         for counts in self.stages:
-            total = np.zeros(3)
+            total = np.zeros((3,) + np.shape(T))
             for kind in ATTENTION_KINDS + FFN_KINDS:
                 if counts.of(kind):
                     total = total + counts.of(kind) * per_kind[kind]

@@ -303,3 +303,73 @@ def test_cost_model_equals_reference_pricing(name, request):
     slow = [x for b in batches for x in _price(build_cost_model(cfg), [b])]
     _assert_same(fast, slow)
     _assert_same(again, slow)
+
+
+# ---- token counts priced a block at a time -----------------------------------------------
+
+BLOCK_MODELS = ["llama3_8b", "llama70_tp4_pp2", "qwen3_moe_tp2_ep2", "gpt_oss_sliding_tp2_pp2"]
+COUNTS = [1, 2, 255, 256, 257, 511, 1000, 4096, 8191, 8192, 12345]
+
+
+@pytest.mark.parametrize("name", BLOCK_MODELS)
+def test_token_blocks_equal_pricing_each_count_alone(name):
+    """A block's row of each count is what the operators priced at that count alone give
+    (at its CUDA-graph size; to rounding: numpy's and ``math``'s log2 may differ in the last
+    bit), per stage and bound; and equal on every model built from the same config whatever
+    order it met the counts in (a count's block is fixed)."""
+    cfg = _config(name)
+    model = build_cost_model(cfg)
+    for T in COUNTS:
+        P = model.graphs.padded(T, False)  # the size the step runs at
+        alone = np.array(model._token_stage_parts(P, P))
+        np.testing.assert_allclose(model._stage_token_parts(T, T), alone, rtol=1e-12,
+                                   atol=0, err_msg=f"{name} T={T}")
+    other = build_cost_model(cfg)
+    for T in reversed(COUNTS):
+        assert _same(other._stage_token_parts(T, T), model._stage_token_parts(T, T)), T
+
+
+def test_bound_parts_of_operators_priced_at_many_counts():
+    """Operators priced over an array of counts sum, per count and roof, to what the same
+    operators priced at each count give (a GEMM's roof flips from memory to compute as its
+    token count grows; the collectives and elementwise kernels keep theirs)."""
+    from sim.cost.layers import layer_token_ops
+    from sim.cost.roofline import bound_parts
+
+    model = build_cost_model(_config("qwen3_moe_tp2_ep2"))
+    counts = np.array([1, 3, 64, 700, 9000])
+    many = layer_token_ops(model.p, model.g, model.hw, counts, counts)
+    roofs = set()
+    for kind, ops in many.items():
+        got = bound_parts(ops)
+        assert got.shape == (3, len(counts))
+        for j, T in enumerate(counts.tolist()):
+            one = layer_token_ops(model.p, model.g, model.hw, T, T)[kind]
+            roofs |= {op.bound for op in one}
+            np.testing.assert_allclose(got[:, j], bound_parts(one), rtol=1e-12, atol=0,
+                                       err_msg=f"{kind} T={T}")
+    assert roofs == {"compute", "memory", "comm"}
+
+
+def test_compiled_prices_fill_a_block_of_counts():
+    """``Prices.fill_tokens`` fills every count of the asked one's block (not beyond the
+    table), each row as the cost model prices that count."""
+    from sim.compiled.pricing import DISPATCH_DECODE, DISPATCH_PREFILL, Prices
+    from sim.cost.layers import head_token_ops
+    from sim.cost.roofline import TOKEN_BLOCK, bound_parts
+
+    model = build_cost_model(_config("llama3_8b"))
+    prices = Prices(model, 600, 8)
+    prices.fill_tokens(300)
+    filled = np.flatnonzero(~np.isnan(prices.tok[:, 0]))
+    assert filled.tolist() == list(range(TOKEN_BLOCK, min(2 * TOKEN_BLOCK, 601)))
+    prices.fill_tokens(590)  # the last block stops at the table's end
+    assert np.isnan(prices.tok[1:TOKEN_BLOCK, 0]).all()
+    assert not np.isnan(prices.tok[TOKEN_BLOCK:]).any()
+    for T in (256, 300, 511, 512, 600):
+        np.testing.assert_array_equal(prices.tok[T, :3], model._stage_token_parts(T, T)[0])
+        assert prices.tok[T, DISPATCH_DECODE] == model.graphs.dispatches(T, True)
+        assert prices.tok[T, DISPATCH_PREFILL] == model.graphs.dispatches(T, False)
+        np.testing.assert_allclose(prices.head_tok[T],
+                                   bound_parts(head_token_ops(model.p, model.g, model.hw, T)),
+                                   rtol=1e-12, atol=0)
