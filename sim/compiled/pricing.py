@@ -83,6 +83,7 @@ class Prices:
         """Price the token-count rows of every count in ``T``'s block of ``TOKEN_BLOCK`` (the
         cost model prices the layers' operators a block at a time; the head's are priced
         here over the block's counts at once), so the kernel stops once per block."""
+        assert T >= 1, "a step computes at least one token"
         m = self.model
         lo = T - T % TOKEN_BLOCK
         counts = np.arange(max(lo, 1), min(lo + TOKEN_BLOCK, len(self.tok)), dtype=np.int64)

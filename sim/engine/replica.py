@@ -42,13 +42,15 @@ FAIL, CUT = "fail", "cut"  # causes of an interrupt of the replica's process
 
 class _Window:
     """A fast-forwarded run of decode steps in progress: its batch, start, step ends and
-    per-step costs, and whether an arrival may cut it short."""
+    per-step costs, whether an arrival may cut it short, and (through a frontend) when the
+    clients saw the tokens of its first steps (``Replica._stream_window``)."""
 
-    __slots__ = ("batch", "start", "ends", "costs", "used", "cuttable")
+    __slots__ = ("batch", "start", "ends", "costs", "used", "cuttable", "seen")
 
     def __init__(self, batch, start, ends, costs, used, cuttable) -> None:
         self.batch, self.start, self.ends, self.costs = batch, start, ends, costs
         self.used, self.cuttable = used, cuttable
+        self.seen: list[float] = []
 
 
 class Replica:
@@ -70,8 +72,9 @@ class Replica:
         slow); ``check``: the run's invariant checker (None: ``check_invariants`` is off);
         ``timeline``: keep one row per step (else only ``StepTotals``); ``steps``: where its
         rows go instead (``sim.timeline_file.StreamedSteps``); ``frontend``: its API
-        server (None: a wire). A frontend streams each step's tokens, one step at a time, so
-        it turns fast-forward off. ``overlap``: the engine schedules each step while the one
+        server (None: a wire), which streams each step's tokens when the step ends (in a
+        decode window, when something else needs the server: ``_stream_window``).
+        ``overlap``: the engine schedules each step while the one
         before it runs (``sim.config.backend.overlaps``), so a request that reaches it while
         a step runs waits for the step after next (``accept``)."""
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
@@ -93,7 +96,7 @@ class Replica:
         # bumped when a failure takes the frontend's requests back: their pending hand-overs
         # are void (a request sent here again after the repair has a hand-over of its own)
         self._handover_epoch = 0
-        self.fast_forward = fast_forward and frontend is None
+        self.fast_forward = fast_forward
         # one row per step, rows streamed to a file, or running totals (same calls)
         self.steps = steps if steps is not None else (
             ColumnBuffer(TIMELINE_COLUMNS) if timeline else StepTotals())
@@ -115,6 +118,10 @@ class Replica:
                 self.env.timeout(0).callbacks.append(
                     lambda _e, k=epoch: self._admit_group(k))
             return
+        # the server takes jobs in time order; a step ending at this very instant was
+        # scheduled after the event that sends this request (when the step began), so
+        # SimPy would run the send first
+        self._stream_window(now, inclusive=False)
         at = self.frontend.admit(rid, now)
         if at == now:
             self.accept(rid)
@@ -128,6 +135,7 @@ class Replica:
         if epoch != self._handover_epoch:  # a failure took the group back
             return
         now = self.env.now
+        self._stream_window(now)
         members, at = self.frontend.admit_group(now)
         for rid in members:
             if at == now:
@@ -208,15 +216,18 @@ class Replica:
         (as they would have one by one), the step in progress is lost, and nothing is served
         until ``restart``. Its unfinished requests are the caller's to re-route."""
         self.up = False
-        w, self._window = self._window, None
+        w = self._window
         if w is not None:
             now = self.env.now
+            self._stream_window(now)
+            self._window = None
             self._record_window(w, min(int(np.searchsorted(w.ends, now)) + 1, len(w.ends)))
             ended = int(np.searchsorted(w.ends, now, side="right"))
             if ended:
-                done = self.scheduler.update_window(w.batch, w.ends[:ended])
+                seen = None if self.frontend is None else np.array(w.seen[:ended])
+                done = self.scheduler.update_window(w.batch, w.ends[:ended], seen)
                 if len(done):
-                    self.on_complete(done, now)
+                    self.on_complete(done, now if seen is None else float(seen[-1]))
         self.process.interrupt(FAIL)
 
     def restart(self, scheduler: TokenBudgetScheduler, cost_model: CostModel) -> None:
@@ -309,8 +320,9 @@ class Replica:
         if cuttable:
             k = min(k, int(np.searchsorted(ends, self.next_arrival(), side="left")) + 1)
             ends = ends[:k]
-            # a replica told of every arrival in advance has nothing left to cut its window
-            cuttable = not self.sees_all_arrivals
+            # a replica told of every arrival in advance has nothing left to cut its window,
+            # unless requests sent before it are still in its frontend
+            cuttable = not self.sees_all_arrivals or bool(self.before_scheduler)
         used = sched.kv.used_blocks + sched.block_growth(batch, k)
         w = self._window = _Window(batch, now, ends, costs, used, cuttable)
         while True:
@@ -322,14 +334,31 @@ class Replica:
                     raise  # a failure: ``fail`` has settled the window
                 self._cut_pending = False
                 w.ends = w.ends[: int(np.searchsorted(w.ends, env.now)) + 1]
+        self._stream_window(np.inf)
         self._window = None
         self._last_start = w.ends[-2] if len(w.ends) > 1 else w.start
         self._record_window(w, len(w.ends))
-        done = sched.update_window(batch, w.ends)
+        seen = None if self.frontend is None else np.array(w.seen)
+        done = sched.update_window(batch, w.ends, seen)
         if len(done):
-            self.on_complete(done, env.now)
+            self.on_complete(done, env.now if seen is None else float(seen[-1]))
         if self.check is not None:
             self.check.after_window(self, batch, w.used[: len(w.ends)])
+
+    def _stream_window(self, until: float, inclusive: bool = True) -> None:
+        """Stream through the frontend the tokens of the decode window's steps that ended by
+        ``until`` (``inclusive=False``: before it) and are not streamed yet, one step after
+        another, as step by step each is when it ends. A window defers this until something
+        else needs the server (an admission, a failure, its own end), so the server still
+        takes its jobs in time order."""
+        w, frontend = self._window, self.frontend
+        if w is None or frontend is None:
+            return
+        ends, seen, tokens = w.ends, w.seen, len(w.batch.ids)  # every request decodes one
+        j = len(seen)
+        while j < len(ends) and (ends[j] < until or inclusive and ends[j] == until):
+            seen.append(frontend.stream(float(ends[j]), tokens))
+            j += 1
 
     def _record_window(self, w: _Window, k: int) -> None:
         """Timeline rows of the first ``k`` steps of a decode window."""

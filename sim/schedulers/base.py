@@ -224,15 +224,28 @@ class TokenBudgetScheduler:
         fits = int(np.searchsorted(growth, self.kv.free_blocks, side="right"))
         return max(1, min(k, fits))
 
-    def update_window(self, batch: Batch, ends: np.ndarray) -> np.ndarray:
-        """Apply ``len(ends)`` decode steps of ``batch`` ending at the times ``ends``.
+    def update_window(self, batch: Batch, ends: np.ndarray,
+                      seen: np.ndarray | None = None) -> np.ndarray:
+        """Apply ``len(ends)`` decode steps of ``batch`` ending at the times ``ends``, whose
+        tokens the clients saw at ``seen`` (through a frontend; None: at ``ends``).
 
         Same state, timestamps and ITL samples as ``len(ends)`` calls of ``update``.
         """
         t, ids, k = self.table, batch.ids, len(ends)
-        self.itl.add(ends[0] - t.last_token[ids])
-        if k > 1:
-            self.itl.add_repeated(np.diff(ends), len(ids))
+        seen = ends if seen is None else seen
+        last = t.last_token[ids]
+        if (last > seen[0]).any():
+            # a retried request's earlier tokens still streaming from the failed replica's API
+            # server (``update``): its client sees each token after them, step by step
+            for s in seen.tolist():
+                now = np.maximum(last, s)
+                self.itl.add(now - last)
+                last = now
+        else:
+            self.itl.add(seen[0] - last)
+            if k > 1:
+                self.itl.add_repeated(np.diff(seen), len(ids))
+            last = seen[-1]
         if not self.kv.allocate_all(ids, batch.context_tokens, np.full(len(ids), k)):
             raise AssertionError("decode window overran the KV cache")
         t.computed[ids] += k
@@ -240,8 +253,8 @@ class TokenBudgetScheduler:
         t.num_tokens[ids] += k
         gen = t.generated[ids] + k
         t.generated[ids] = gen
-        t.last_token[ids] = ends[-1]
-        return self._finish(ids[gen >= t.max_output[ids]], float(ends[-1]))
+        t.last_token[ids] = last
+        return self._finish(ids[gen >= t.max_output[ids]], float(seen[-1]))
 
     def _batch(self, ids, new, ctx) -> Batch:
         """This step's batch; it carries the copy time of swaps (and host-tier prefix hits)

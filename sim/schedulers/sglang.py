@@ -235,9 +235,10 @@ class SglangScheduler(TokenBudgetScheduler):
         as ``new_token_ratio`` decays step by step."""
         return not self.waiting and self.chunked < 0 and super().can_fast_forward(batch)
 
-    def update_window(self, batch: Batch, ends: np.ndarray) -> np.ndarray:
+    def update_window(self, batch: Batch, ends: np.ndarray,
+                      seen: np.ndarray | None = None) -> np.ndarray:
         """As the base class, plus the ratio decay of the window's steps after the first
         (whose ``schedule`` applied its own)."""
         self.new_token_ratio = max(
             self.new_token_ratio - (len(ends) - 1) * NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
-        return super().update_window(batch, ends)
+        return super().update_window(batch, ends, seen)

@@ -234,3 +234,103 @@ def test_interleaved_admission_of_poisson_arrivals_is_fifo(compose_cfg, requests
 def test_an_unknown_admission_is_one_error(compose_cfg):
     with pytest.raises(ConfigError, match="backend.frontend.admission"):
         check_config(compose_cfg("backend.frontend.admission=lifo"))
+
+
+FAST_FORWARD_CASES = {
+    # one server admits and streams, one request after another; streaming lags the engine
+    "shared_fifo": ("backend.frontend.admission=fifo", "backend.frontend.per_request_ms=3",
+                    "backend.frontend.per_output_token_us=900", "workload.rate=4"),
+    # vLLM's: one instant's arrivals admitted together, by the server that streams
+    "shared_interleaved": ("backend.frontend.per_request_ms=1",
+                           "backend.frontend.per_output_token_us=400", "workload.rate=5"),
+    # a burst admitted together, then streamed
+    "burst": ("backend.frontend.per_output_token_us=400", "workload.rate=inf"),
+    # SGLang's: a streaming process of its own, under the overlap scheduler
+    "own_process_overlap": ("backend=sglang", "scheduler=sglang",
+                            "backend.frontend.per_output_token_us=700", "workload.rate=5"),
+    # closed-loop clients send their next request when they see the last one end
+    "closed_loop": ("workload=closed_loop", "workload.concurrency=12", "workload.think_time_s=0",
+                    "backend.frontend.per_output_token_us=600"),
+    # failures take windows and frontends' requests back mid-way
+    "failures": ("cluster.replicas=3", "cluster.failure.mtbf_s=3", "cluster.failure.mttr_s=1",
+                 "backend.frontend.per_output_token_us=1500", "workload.rate=12"),
+}
+
+
+def _same_runs(a, b) -> None:
+    """Every request column, ITL sample (or, where one run kept none, their count and sum)
+    and timeline row equal (floats to 1e-12)."""
+    ra, rb = a.requests, b.requests
+    for col in ra.columns:
+        if ra[col].dtype.kind == "f":
+            np.testing.assert_allclose(ra[col], rb[col], rtol=1e-12, atol=1e-12, err_msg=col)
+        else:
+            assert (ra[col] == rb[col]).all(), col
+    if a.itl._samples is not None and b.itl._samples is not None:
+        np.testing.assert_allclose(np.sort(a.itl.samples()), np.sort(b.itl.samples()),
+                                   rtol=1e-12, atol=1e-12)
+    assert a.itl.count == b.itl.count and a.itl.total == pytest.approx(b.itl.total, rel=1e-12)
+    assert list(a.timeline.columns) == list(b.timeline.columns)
+    for col in a.timeline.columns:
+        np.testing.assert_allclose(a.timeline[col].to_numpy(float),
+                                   b.timeline[col].to_numpy(float), rtol=1e-12, atol=1e-15,
+                                   err_msg=col)
+
+
+@pytest.fixture
+def decode_windows(monkeypatch):
+    """How many fast-forwarded decode windows the SimPy engine runs."""
+    from sim.engine.replica import Replica
+
+    count = [0]
+    run = Replica._decode_window
+
+    def counted(self, batch, k):
+        count[0] += 1
+        return (yield from run(self, batch, k))
+
+    monkeypatch.setattr(Replica, "_decode_window", counted)
+    return count
+
+
+@pytest.mark.parametrize("case", FAST_FORWARD_CASES)
+def test_fast_forward_through_a_frontend_equals_stepping(compose_cfg, requests_for, case,
+                                                         decode_windows):
+    """Decode windows stream each step's tokens through the frontend in time order with the
+    server's admissions (``Replica._stream_window``): every timestamp, status, retry, ITL
+    sample and timeline row equals step-by-step simulation's, on the SimPy engine (the
+    compiled loop steps)."""
+    over = ("engine=python", "workload.num_requests=250", "check_invariants=true",
+            *FAST_FORWARD_CASES[case])
+    req = requests_for(compose_cfg(*over), 0)
+    windowed = simulate(compose_cfg(*over), req, keep_itl_samples=True)
+    windows = decode_windows[0]
+    stepped = simulate(compose_cfg(*over, "fast_forward=false"), req, keep_itl_samples=True)
+    assert windows > 100 and decode_windows[0] == windows  # windows ran, and only there
+    _same_runs(windowed, stepped)
+    if case == "failures":
+        assert windowed.requests["num_retries"].sum() > 0
+
+
+def test_an_admission_at_a_step_end_is_served_before_the_step_streams(compose_cfg,
+                                                                      decode_windows):
+    """A request sent at the very instant a decode step ends, to a server that admits and
+    streams: SimPy runs the send first (its event was scheduled before the step began), then
+    the step's tokens stream, in a decode window as step by step and in the compiled loop."""
+    over = ("backend.frontend.admission=fifo", "backend.frontend.per_request_ms=3",
+            "backend.frontend.per_output_token_us=900", "backend.frontend.latency_ms=0",
+            "backend.frontend.per_prompt_token_us=0")
+
+    def requests(arrivals, outputs):
+        return pd.DataFrame({"arrival_time_s": arrivals, "input_tokens": 100,
+                             "output_tokens": outputs, "client": -1, "think_time_s": 0.0})
+
+    steps = simulate(compose_cfg(*over, "engine=python", "fast_forward=false"),
+                     requests([0.0], [40])).timeline
+    tie = float((steps["time_s"] + steps["step_time_s"]).to_numpy()[10])
+    req = requests([0.0, tie], [40, 10])
+    runs = [simulate(compose_cfg(*over, *extra), req, keep_itl_samples=bool(extra))
+            for extra in (("engine=python",), ("engine=python", "fast_forward=false"), ())]
+    assert decode_windows[0] > 0 and runs[2].meta["engine"] == "compiled"
+    for other in runs[1:]:
+        _same_runs(runs[0], other)
