@@ -185,10 +185,17 @@ class TokenBudgetScheduler:
         Then, until a request completes, the cache runs short or a new request arrives to an
         empty queue, every following step schedules the same requests one token each: a
         waiting request that could not be admitted now cannot be admitted later either
-        (sequence slots and token budget stay the same, free blocks only shrink).
+        (sequence slots and token budget stay the same, free blocks only shrink), except
+        under prefix caching with state blocks (below).
         """
         if (self.preempted_in_last_step or len(batch.ids) != len(self.running)
                 or batch.swap_s):
+            return False
+        kv = self.kv
+        if self.waiting and kv.prefix is not None and kv.holds_state:
+            # a waiting request's cache hit is taken only while its state blocks fit beside
+            # the cached blocks it revives (PagedKVCache.match_prefix): with fewer free blocks
+            # it starts from scratch and may fit, so free blocks shrinking can admit it
             return False
         if batch.num_prefill_tokens:
             return False
