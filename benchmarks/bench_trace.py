@@ -43,6 +43,8 @@ def main() -> int:
     if a.child:
         print(json.dumps(run_once(overrides)))
         return 0
+    # the results name the trace relative to the project, not this machine's folders
+    overrides[1] = f"workload.trace_path={os.path.relpath(a.trace.resolve(), HERE.parent)}"
     r = run_child(__file__, ["--child", "--trace", str(a.trace), "--replicas", str(a.replicas),
                              "--overrides", *a.overrides])
     print(f"{a.trace.name} on {a.replicas} replicas: simulate {r['simulate_s']:.1f} s + build "

@@ -22,8 +22,8 @@ from calibration.families import attention, comm, elementwise, gemm, moe
 from calibration.families import encoder_attention as encoder
 from calibration.fit import HELD_OUT_KEYS, settings
 from calibration.fitting import held_out_mask
+from sim.cost.calibration_file import load_calibration
 from sim.cost.operators import Efficiency
-from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
 
 

@@ -21,12 +21,12 @@ from sim.config import (
 )
 from sim.config.backend import frontend_discipline, overlaps
 from sim.cost import ConstantCostModel, CostModel, RooflineCostModel
+from sim.cost.calibration_file import shared_calibration
 from sim.cost.compute_speed import compute_scale, scaled_compute
 from sim.cost.cuda_graphs import capture_sizes
 from sim.cost.eager import eager_launch_s
 from sim.cost.host import KEYS as HOST_KEYS
 from sim.cost.host import HostCosts
-from sim.cost.roofline import shared_calibration
 from sim.engine.frontend import FRONTEND_KEYS, FrontendCosts
 from sim.errors import ConfigError
 from sim.kv.budget import GIB, MemoryBudget, kv_dtype_bytes, memory_budget

@@ -65,8 +65,8 @@ class DiffusionCostModel:
     def from_config(cls, cfg) -> DiffusionCostModel:
         """For ``cfg.hardware`` with the calibration of ``cfg.backend`` (as the LLM roofline
         picks it), knowing the run's own ``cfg.model`` when it is a diffusion pipeline."""
+        from sim.cost.calibration_file import load_calibration
         from sim.cost.compute_speed import compute_scale, scaled_compute
-        from sim.cost.roofline import load_calibration
 
         c = getattr(cfg, "cost_model", None)
         name = getattr(c, "calibration", "auto") or "auto"

@@ -11,7 +11,7 @@ import pytest
 from calibration.data import Measured
 from calibration.families import attention, gemm
 from calibration.readers import aiconfigurator
-from sim.cost.roofline import load_calibration
+from sim.cost.calibration_file import load_calibration
 
 REPO = Path(__file__).resolve().parents[2]
 CALIBRATED = REPO / "sim" / "cost" / "calibrated"

@@ -20,6 +20,7 @@ from calibration.data import Measured
 from calibration.families import Settings
 from calibration.families import encoder_attention as enc
 from calibration.readers import aiconfigurator
+from sim.cost.calibration_file import load_calibration
 from sim.cost.operators import (
     AttentionEfficiency,
     Efficiency,
@@ -28,7 +29,6 @@ from sim.cost.operators import (
     attention_time,
 )
 from sim.cost.pricing import Pricer
-from sim.cost.roofline import load_calibration
 
 REPO = Path(__file__).resolve().parents[2]
 AIC_H100 = REPO.parent / "shared" / "data" / "aiconfigurator" / "h100_sxm"

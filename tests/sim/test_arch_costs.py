@@ -15,13 +15,14 @@ from hypothesis import strategies as st
 
 from sim.config import HardwareConfig, ModelConfig, check_model
 from sim.cost.attention import window_decode_keys, window_pairs_and_keys
+from sim.cost.calibration_file import load_calibration
 from sim.cost.operators import (
     attention_time,
     expected_distinct_experts,
     gemm_time,
     moe_time,
 )
-from sim.cost.roofline import RooflineCostModel, load_calibration
+from sim.cost.roofline import RooflineCostModel
 
 H100 = HardwareConfig(name="h100_sxm", bf16_flops=989.4e12, fp8_flops=1978.9e12,
                       hbm_bandwidth=3.35e12, hbm_bytes=80e9, nvlink_bandwidth=450e9,

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from sim.config import HardwareConfig, ModelConfig, check_model
+from sim.cost.calibration_file import load_calibration
 from sim.cost.gemm import GemmEfficiency, gemm_axes, gemm_time
 from sim.cost.operators import AttentionEfficiency, Eta, Term, attention_time
-from sim.cost.roofline import RooflineCostModel, load_calibration
+from sim.cost.roofline import RooflineCostModel
 
 H100 = HardwareConfig(name="h100_sxm", bf16_flops=989.4e12, fp8_flops=1978.9e12,
                       hbm_bandwidth=3.35e12, hbm_bytes=80e9, nvlink_bandwidth=450e9,

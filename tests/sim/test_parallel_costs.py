@@ -15,10 +15,11 @@ from sim.config import (
     check_parallelism,
 )
 from sim.config.parallel import pipeline_stage_layers
+from sim.cost.calibration_file import load_calibration
 from sim.cost.host import HostCosts
 from sim.cost.operators import comm_time
 from sim.cost.pipeline import bubble_fraction, makespan
-from sim.cost.roofline import RooflineCostModel, load_calibration
+from sim.cost.roofline import RooflineCostModel
 from sim.errors import ConfigError
 from sim.model.layout import LayerCounts, stage_layer_counts
 

@@ -7,8 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from sim.builders import build_cost_model, plain
+from sim.cost.calibration_file import load_calibration
 from sim.cost.operators import attention_time, gemm_time
-from sim.cost.roofline import load_calibration
 
 H100_BF16, H100_BW = 989.4e12, 3.35e12
 

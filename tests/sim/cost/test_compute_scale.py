@@ -11,8 +11,8 @@ from calibration.host_fit import write_block
 from calibration.silicon_rows import calibration_file
 from sim import simulate
 from sim.builders import build_cost_model, plain
+from sim.cost.calibration_file import load_calibration
 from sim.cost.gemm import gemm_time
-from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
 from tests.sim.schedulers.test_compiled_core import assert_same_records
 

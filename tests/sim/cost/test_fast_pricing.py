@@ -24,10 +24,10 @@ from hydra import compose, initialize_config_module
 import sim.cost.pricing as pricing
 from sim.builders import build_cost_model, plain
 from sim.cost.attention import AttentionOps
+from sim.cost.calibration_file import load_calibration
 from sim.cost.eta import _SCALARS, Eta, Term, evaluate
 from sim.cost.memo import Memo
 from sim.cost.operators import gemm_work, moe_axes, roofline, wave_quantization
-from sim.cost.roofline import load_calibration
 
 CALIBRATED = sorted((Path(pricing.__file__).parent / "calibrated").glob("*/*.yaml"))
 

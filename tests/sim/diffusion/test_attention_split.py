@@ -20,9 +20,9 @@ from sim.config.diffusion_model import DiffusionPipelineConfig, check_diffusion_
 from sim.config.hardware import HardwareConfig, check_hardware
 from sim.config.model import ModelConfig
 from sim.cost.attention_kernels import KernelClass, KernelCurve, load_kernel_classes
+from sim.cost.calibration_file import load_calibration
 from sim.cost.operators import encoder_attention_work
 from sim.cost.pricing import ACT_BYTES, Pricer
-from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
 from tests.sim.diffusion.test_dit_cost import ROOT
 

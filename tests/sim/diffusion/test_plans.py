@@ -10,8 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from sim.config import HardwareConfig
+from sim.cost.calibration_file import load_calibration
 from sim.cost.pricing import Pricer
-from sim.cost.roofline import load_calibration
 from sim.diffusion.cost import DiffusionCostModel
 from sim.diffusion.job import JobShape, JobTiming, ParallelPlan
 from sim.diffusion.pipeline import load_pipeline, resolve

@@ -14,8 +14,8 @@ from cli.app import log_memory_budgets
 from sim.builders import build_replica_parts, plain, replica_memory_budget
 from sim.config import HardwareConfig, KVCacheConfig, ModelConfig, SchedulerConfig
 from sim.cost import RooflineCostModel
+from sim.cost.calibration_file import load_calibration
 from sim.cost.operators import Efficiency, gemm_time
-from sim.cost.roofline import load_calibration
 from sim.errors import ConfigError
 from sim.kv.budget import GIB, kv_bytes_per_token, memory_budget
 from sim.model.layout import PerGpu
