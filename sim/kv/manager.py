@@ -147,7 +147,7 @@ class PagedKVCache:
         """Hand out ``n`` free blocks (caller checked ``n <= free_blocks``), evicting the
         least recently freed cached blocks when there are too few empty ones."""
         if self.prefix is not None:
-            short = n - (self.free_blocks - len(self.prefix.lru))
+            short = n - self.empty_blocks
             if short > 0:
                 evicted = self.prefix.evict(short)
                 if self.host is not None:
@@ -233,11 +233,13 @@ class PagedKVCache:
         freed = self.prefix.release(hashes[:ref])
         return freed - ref  # its ref blocks are cached, not empty; the freed ones count free
 
-    def match_prefix(self, rid: int, num_tokens: int) -> int:
+    def match_prefix(self, rid: int, num_tokens: int) -> int | None:
         """Start ``rid`` (holding nothing) from the cached blocks of its prompt: the number of
         tokens served from the cache (whole blocks; never the last token, as vLLM's
-        ``get_computed_blocks``). Its state blocks are taken with the hit; 0 when nothing
-        hits or they do not fit."""
+        ``get_computed_blocks``), 0 when nothing hits. Its state blocks are taken with the
+        hit. None when a hit's state blocks do not fit beside the cached blocks it revives:
+        the request waits with its hit (vLLM's ``allocate_slots`` counts those revived
+        blocks and returns None; no engine drops a hit to start over without it)."""
         if self.held[rid]:
             return 0
         hashes = self._block_hashes(rid)
@@ -249,7 +251,7 @@ class PagedKVCache:
         hit = self.prefix.match(hashes, most)
         state = int(self.state_of(rid))
         if state > self.free_blocks - self._revivals(hashes[:hit]):
-            return 0
+            return None if hit else 0
         self.free_blocks -= self.prefix.touch(hashes[:hit])
         hit += self._load_from_host(hashes[hit:most], state)
         if not hit:
@@ -338,6 +340,32 @@ class PagedKVCache:
             if n == len(hashes):
                 pending.discard(rid)
 
+    def window_steps(self, rids: np.ndarray, context: np.ndarray, k: int,
+                     waiting: int = -1) -> int:
+        """How many of the next ``k`` decode steps of ``rids`` (one token each a step, from
+        ``context`` computed tokens) a decode window may take at once: up to and including
+        the first step that fills a named block already cached or filled twice in these
+        steps (its commit frees a block, which stepping reuses at once instead of evicting
+        one), or one that request ``waiting`` (≥ 0: the head of the waiting queue) names
+        (its hit would grow). ``k`` without prefix caching."""
+        pending = self._pending
+        if self.prefix is None or not pending:
+            return k
+        refs, bs = self.prefix.refs, self.block_size
+        named = set(self._block_hashes(waiting) or ()) if waiting >= 0 else set()
+        filled: set[int] = set()
+        for rid, c in zip(rids.tolist(), context.tolist(), strict=True):
+            if rid not in pending:
+                continue
+            hashes = self._hashes[rid]
+            for b in range(c // bs, min(len(hashes), (c + k) // bs)):
+                h = hashes[b]
+                if h in refs or h in filled or h in named:
+                    k = (b + 1) * bs - c  # the step that fills block b ends the window
+                    break
+                filled.add(h)
+        return k
+
     def audit(self, rids: np.ndarray) -> str:
         """What is wrong with the block accounting ("" when nothing is), given ``rids``:
         every request that holds blocks of this cache. Their own KV and state blocks plus,
@@ -373,6 +401,11 @@ class PagedKVCache:
     def cached_blocks(self) -> int:
         """Blocks that hold a cached prefix block (referenced or free)."""
         return len(self.prefix) if self.prefix is not None else 0
+
+    @property
+    def empty_blocks(self) -> int:
+        """Free blocks that hold no cached block: taking them evicts nothing."""
+        return self.free_blocks - (len(self.prefix.lru) if self.prefix is not None else 0)
 
     @property
     def used_blocks(self) -> int:

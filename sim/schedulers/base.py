@@ -186,16 +186,18 @@ class TokenBudgetScheduler:
         empty queue, every following step schedules the same requests one token each: a
         waiting request that could not be admitted now cannot be admitted later either
         (sequence slots and token budget stay the same, free blocks only shrink), except
-        under prefix caching with state blocks (below).
+        under prefix caching: there a step's commits can free a block (one filled twice) or
+        lengthen the waiting head's hit, which ``decode_window_limit`` keeps out of a
+        window, and each failed admission of a request with state blocks takes and returns
+        them (evicting cached blocks), as one served from the host tier copies its blocks
+        back: no window while a request waits then.
         """
         if (self.preempted_in_last_step or len(batch.ids) != len(self.running)
                 or batch.swap_s):
             return False
         kv = self.kv
-        if self.waiting and kv.prefix is not None and kv.holds_state:
-            # a waiting request's cache hit is taken only while its state blocks fit beside
-            # the cached blocks it revives (PagedKVCache.match_prefix): with fewer free blocks
-            # it starts from scratch and may fit, so free blocks shrinking can admit it
+        if (self.waiting and kv.prefix is not None
+                and (kv.holds_state or kv.host is not None)):
             return False
         if batch.num_prefill_tokens:
             return False
@@ -221,15 +223,18 @@ class TokenBudgetScheduler:
 
     def decode_window_limit(self, batch: Batch) -> int:
         """Most decode steps (≥ 1) this batch can run unchanged: up to and including the
-        first step in which a request completes, and before a step that would run out of
-        KV blocks."""
-        t, ids = self.table, batch.ids
+        first step in which a request completes, before a step that would run out of KV
+        blocks, and under prefix caching up to a step whose commit frees a block or grows
+        the waiting head's hit (``PagedKVCache.window_steps``): a window allocates its
+        steps' blocks together and caches what they filled at its end."""
+        t, ids, kv = self.table, batch.ids, self.kv
         k = int((t.max_output[ids] - t.generated[ids]).min())
         if k <= 1:
             return 1
         growth = batch.growth = self.block_growth(batch, k)
-        fits = int(np.searchsorted(growth, self.kv.free_blocks, side="right"))
-        return max(1, min(k, fits))
+        k = min(k, int(np.searchsorted(growth, kv.free_blocks, side="right")))
+        head = self.waiting[0] if self.waiting else -1
+        return max(1, kv.window_steps(ids, batch.context_tokens, k, head))
 
     def update_window(self, batch: Batch, ends: np.ndarray,
                       seen: np.ndarray | None = None) -> np.ndarray:
@@ -306,13 +311,17 @@ class TokenBudgetScheduler:
         self.swap_s += dt
         return True
 
-    def _match_prefix(self, rid: int) -> int:
+    def _match_prefix(self, rid: int) -> int | None:
         """Start a request that holds no KV from its cached prefix blocks (vLLM's
-        ``get_computed_blocks`` at admission): its ``computed`` becomes the hit length."""
+        ``get_computed_blocks`` at admission): its ``computed`` becomes the hit length.
+        None when the hit cannot be taken now (``PagedKVCache.match_prefix``): the request
+        is not admitted in this step."""
         t = self.table
         if self.kv.prefix is None or t.computed[rid]:
             return 0
         hit = self.kv.match_prefix(rid, int(t.num_tokens[rid]))
+        if hit is None:
+            return None
         t.computed[rid] = hit
         if self.kv.copy_s:  # blocks brought back from the host tier
             self.swap_s += self.kv.take_copy_time()

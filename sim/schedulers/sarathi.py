@@ -128,6 +128,8 @@ class SarathiScheduler(TokenBudgetScheduler):
             rid = self.waiting[0]
             swapped = kv.is_swapped(rid)
             hit = 0 if swapped else self._match_prefix(rid)
+            if hit is None:
+                break
             # > 0 when its KV came from a prefill replica or the prefix cache, or it was
             # swapped out
             done = int(t.computed[rid])

@@ -128,6 +128,8 @@ class SglangScheduler(TokenBudgetScheduler):
                 break
             free = kv.free_blocks
             hit = self._match_prefix(rid)
+            if hit is None:
+                break
             # free cached blocks the hit now holds are no longer evictable (SGLang's
             # inc_lock_ref shrinks the evictable size): they come out of rem_total too
             locked = (free - kv.free_blocks) * kv.block_size

@@ -134,6 +134,8 @@ class TrtllmScheduler(TokenBudgetScheduler):
             swapped = kv.is_swapped(rid)
             free = kv.free_blocks
             hit = 0 if swapped else self._match_prefix(rid)
+            if hit is None:
+                break
             taken = free - kv.free_blocks  # cached blocks (and state) the hit took from free
             # > 0 when its KV came from a prefill replica or the prefix cache, or it was
             # swapped out

@@ -174,6 +174,8 @@ class VllmScheduler(TokenBudgetScheduler):
             if kv.is_swapped(rid) and not self._swap_in(rid, min(int(self._want(rid)), budget)):
                 break
             hit = self._match_prefix(rid)
+            if hit is None:
+                break
             n = int(self._want(rid))
             if n > budget and not self.chunked:
                 self._unmatch(rid, hit)

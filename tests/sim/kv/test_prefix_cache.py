@@ -172,6 +172,32 @@ def test_mooncake_hit_rate_rises_with_cache_size_up_to_the_trace_limit():
     assert rates[-1] > 0.9 * ideal / prompts.sum()
 
 
+def test_a_hit_whose_state_blocks_do_not_fit_waits_with_its_hit():
+    """vLLM's allocate_slots counts the free cached blocks a hit revives with the request's
+    other blocks and returns None when they do not fit: the request keeps waiting with its
+    hit; it never starts over without it, though a small chunk from scratch would fit."""
+    t = RequestTable(np.zeros(3), np.array([16, 17, 11]), np.array([1, 1, 2]))
+    kv = PagedKVCache(11, 4, 3, prefix_caching=True, state_blocks=2)  # 10 usable
+    kv.set_prefix_source(_ids([(1,), (1,), (2,)]), trace_block=16)
+    s = SCHEDULERS["vllm"](SchedulerConfig(name="vllm", max_num_seqs=4,
+                                           max_num_batched_tokens=12), t, kv, LogHistogram())
+    s.add_request(0)
+    now = _serve(s)                                     # its 4 blocks stay cached, free
+    s.add_request(2)
+    b = s.schedule(now)                                 # 3 blocks + 2 state: 5 free, 1 empty
+    s.update(b, now + 1)
+    s.add_request(1)                                    # hits 4 free cached blocks + 2 state
+    free, refs = kv.free_blocks, dict(kv.prefix.refs)
+    assert kv.match_prefix(1, 17) is None and kv.held[1] == 0
+    assert (kv.free_blocks, kv.prefix.refs) == (free, refs)  # the failed hit touched nothing
+    b = s.schedule(now + 1)
+    assert list(b.ids) == [2] and list(s.waiting) == [1]  # an 11-token chunk from scratch fits
+    s.update(b, now + 2)
+    _serve(s, now + 2)
+    assert t.cached_tokens[1] == 16 and (t.status == FINISHED).all()
+    check_blocks(kv, [])
+
+
 def _ids(hash_ids) -> np.ndarray:
     """One object per request: its ids, or None."""
     out = np.empty(len(hash_ids), dtype=object)
