@@ -196,7 +196,8 @@ class Cluster:
         meta = pool.parts[0].meta
         kv_tokens = (meta["num_gpu_blocks"] - 1) * meta["block_size"]
         pool.view = PoolView([p.scheduler for p in pool.parts], table, self.hash_ids, kv_tokens,
-                             used_blocks=lambda r: pool.replicas[r].kv_used_blocks())
+                             used_blocks=lambda r: pool.replicas[r].kv_used_blocks(),
+                             waiting=lambda r: pool.replicas[r].waiting_ids())
         ss = np.random.SeedSequence(self.seed, spawn_key=(ROUTING_STREAM, len(self.pools)))
         pool.router = ROUTERS[c.router](pool.view, np.random.default_rng(ss), c)
         self.pools.append(pool)

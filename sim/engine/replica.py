@@ -211,6 +211,18 @@ class Replica:
         i = int(np.searchsorted(w.ends, self.env.now))
         return int(w.used[min(i, len(w.ends) - 1)])
 
+    def waiting_ids(self) -> np.ndarray:
+        """The scheduler's waiting requests as stepping would have them now: inside a decode
+        window, with the held requests whose step boundary (``_released_at``) has passed."""
+        waiting = self.scheduler.waiting
+        ids = np.fromiter(waiting, np.int64, len(waiting))
+        w = self._window
+        if w is None or not self._held:
+            return ids
+        now = self.env.now
+        came = [rid for rid, at in self._held if _released_at(w, at) < now]
+        return np.concatenate([ids, np.array(came, np.int64)]) if came else ids
+
     def fail(self) -> None:
         """The replica goes down now: the steps of a decode window that ended by now count
         (as they would have one by one), the step in progress is lost, and nothing is served

@@ -21,14 +21,17 @@ class PoolView:
 
     def __init__(self, schedulers: list, table: RequestTable,
                  hash_ids: np.ndarray | None = None, kv_tokens: int = 0,
-                 used_blocks: Callable[[int], int] | None = None) -> None:
+                 used_blocks: Callable[[int], int] | None = None,
+                 waiting: Callable[[int], np.ndarray] | None = None) -> None:
         """``schedulers``: one per replica (the owner replaces an entry when a replica is
         rebuilt); ``hash_ids``: per request, a tuple of prefix-block hashes (or None);
         ``kv_tokens``: tokens one replica's KV cache holds; ``used_blocks(r)``: KV blocks
-        replica ``r`` uses now (default: what its KV cache says)."""
+        replica ``r`` uses now and ``waiting(r)``: the ids its scheduler has waiting
+        (default: what its KV cache and scheduler say)."""
         n = len(schedulers)
         self.schedulers = schedulers
         self.used_blocks = used_blocks or (lambda r: self.schedulers[r].kv.used_blocks)
+        self.waiting = waiting or (lambda r: _waiting_ids(self.schedulers[r]))
         self.table = table
         self.hash_ids = hash_ids
         self.kv_tokens = int(kv_tokens)
@@ -48,10 +51,7 @@ class PoolView:
 
     def _queued(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids running, ids waiting) on replica ``r``."""
-        s = self.schedulers[r]
-        waiting = s.waiting
-        w = np.fromiter(waiting, np.int64, len(waiting)) if waiting else np.empty(0, np.int64)
-        return s.running, w
+        return self.schedulers[r].running, self.waiting(r)
 
     def queued_tokens(self, r: int) -> int:
         """Tokens replica ``r`` has yet to put in its KV cache for the requests it holds
@@ -69,6 +69,11 @@ class PoolView:
         t = self.table
         need = int(kv.blocks_for(t.num_tokens[waiting]).sum()) if len(waiting) else 0
         return (self.used_blocks(r) + need) / max(kv.num_blocks, 1)
+
+
+def _waiting_ids(scheduler) -> np.ndarray:
+    waiting = scheduler.waiting
+    return np.fromiter(waiting, np.int64, len(waiting))
 
 
 def first_min(ids: np.ndarray, *keys: np.ndarray) -> int:

@@ -120,3 +120,24 @@ def test_fast_forward_is_exact_under_prefix_caching_at_the_edges(compose_cfg, ca
         else:
             assert (a[col] == b[col]).all(), col
 
+
+def test_a_load_aware_router_sees_the_requests_an_overlapping_engine_held_in_a_window(
+        compose_cfg):
+    """Replica 1 runs a decode window that request 4, waiting for a seat, keeps uncuttable;
+    its overlapping engine holds request 5, which stepping hands to the scheduler at the next
+    step boundary. kv_aware must count it there when it routes request 6 (it once saw only
+    the scheduler's queue: request 6 went to replica 1 and started 1.5 s late)."""
+    over = ("cost_model=constant", "engine=python", "scheduler.max_num_seqs=2",
+            "cluster.replicas=2", "cluster.router=kv_aware", "backend.overlap_scheduler=true")
+    req = pd.DataFrame({"arrival_time_s": [0.0, 0.0, 0.005, 0.0202, 0.1049, 0.1383, 0.2754],
+                        "input_tokens": [24, 22, 24, 6, 9, 18, 26],
+                        "output_tokens": [32, 185, 85, 137, 38, 3, 7],
+                        "client": -1, "think_time_s": 0.0})
+    a, b = (simulate(compose_cfg(*over, f"fast_forward={ff}"), req).requests
+            for ff in (True, False))
+    assert b["replica"][6] == 0
+    for col in a.columns:
+        if a[col].dtype.kind == "f":
+            np.testing.assert_allclose(a[col], b[col], rtol=1e-12, atol=1e-12, err_msg=col)
+        else:
+            assert (a[col] == b[col]).all(), col
