@@ -54,6 +54,56 @@ class ColumnBuffer:
                              for k, a in self._cols.items()}, copy=False)
 
 
+class SharedTimeline:
+    """The timeline rows of every replica of a run in one ``ColumnBuffer`` (a ``replica``
+    column first), in the order they were added: one buffer to grow and to sort at the end,
+    however many replicas (``rows_of`` gives each replica its own way in)."""
+
+    def __init__(self, dtypes: dict[str, str]) -> None:
+        """``dtypes``: the step columns (``replica`` is added in front)."""
+        self.buffer = ColumnBuffer({"replica": "i4", **dtypes})
+        self.replicas = 0
+
+    def rows_of(self, replica: int) -> ReplicaRows:
+        """What replica ``replica`` appends its rows to."""
+        self.replicas = max(self.replicas, int(replica) + 1)
+        return ReplicaRows(self.buffer, replica)
+
+    def extend(self, k: int, replica: np.ndarray, *columns) -> None:
+        """``k`` rows of the replicas ``replica`` (an array of k ids), then the step columns."""
+        if k:
+            self.replicas = max(self.replicas, int(replica.max()) + 1)
+        self.buffer.extend(k, replica, *columns)
+
+    def to_frame(self, ordered: bool = True) -> pd.DataFrame:
+        """Every row, by time and then replica, each replica's rows in the order it added
+        them (a stable sort; one replica's are already in time order), with the buffer's
+        memory; ``ordered=False``: as added (for a caller that sorts them with more)."""
+        frame = self.buffer.to_frame(copy=False)
+        if self.replicas <= 1 or not ordered:
+            return frame
+        order = np.lexsort((frame["replica"].to_numpy(), frame["time_s"].to_numpy()))
+        return pd.DataFrame({c: frame[c].to_numpy()[order] for c in frame.columns}, copy=False)
+
+
+class ReplicaRows:
+    """One replica's way into a ``SharedTimeline``: takes its rows as a ``ColumnBuffer``
+    would (``append``/``extend`` in the step columns' order)."""
+
+    __slots__ = ("buffer", "replica")
+
+    def __init__(self, buffer: ColumnBuffer, replica: int) -> None:
+        self.buffer, self.replica = buffer, int(replica)
+
+    def append(self, *values) -> None:
+        """One step."""
+        self.buffer.append(self.replica, *values)
+
+    def extend(self, k: int, *columns) -> None:
+        """``k`` steps: arrays of length k or scalars."""
+        self.buffer.extend(k, self.replica, *columns)
+
+
 def _total(x, k: int) -> float:
     """Sum of a window's column: an array of its k steps, or one value for all of them."""
     return float(np.sum(x)) if np.ndim(x) else float(x) * k

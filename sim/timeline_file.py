@@ -48,8 +48,9 @@ class TimelineFile:
         self.rows = 0
 
     def write(self, replica, kind: int, columns: dict[str, np.ndarray]) -> None:
-        """Append one row group: ``columns`` (the step columns, equal lengths) of the rows of
-        ``replica`` (an id, or one per row) of ``kind`` (0: engine steps, 1: KV transfers)."""
+        """Append ``columns`` (the step columns, equal lengths) of the rows of ``replica`` (an
+        id, or one per row) of ``kind`` (0: engine steps, 1: KV transfers), in row groups of
+        at most ``ROW_GROUP_ROWS`` rows."""
         n = len(next(iter(columns.values())))
         if not n:
             return
@@ -67,7 +68,8 @@ class TimelineFile:
             if self._writer is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._writer = pq.ParquetWriter(self.tmp, self.schema)
-            self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
+            self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema),
+                                     row_group_size=ROW_GROUP_ROWS)
         except OSError as e:
             raise OutputError(self.path, e) from e
         self.rows += n
@@ -121,6 +123,8 @@ class StreamedSteps:
                                               for n, c in zip(self.names, columns, strict=True)})
             return
         self.buffer.extend(k, *columns)
+        if len(self.buffer) >= self.rows:
+            self.flush()
 
     def flush(self) -> None:
         """Write the rows held."""

@@ -30,7 +30,8 @@ from sim.schedulers import SCHEDULERS
 from sim.state import REJECTED
 
 ENGINES = ("auto", "python")
-CHUNK_ROWS = 1 << 16  # timeline rows handed to the replica's buffer at a time
+CHUNK_ROWS = 1 << 16  # timeline rows handed to the replicas' buffers at a time (at least)
+CHUNK_ROWS_PER_REPLICA = 256  # (a flush costs Python work per replica: keep flushes rare)
 PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar, Ctrl-C)
 
 
@@ -96,6 +97,7 @@ class CompiledPool:
         pool = run.cluster.pools[0]
         parts = pool.parts[0]  # every replica is built from the same config
         self.steps = [rep.steps for rep in pool.replicas]
+        self.shared = run.cluster.shared_timeline
         s, kv, t = parts.scheduler, parts.kv, run.table
         sched = run.cluster.cfg.scheduler
         R, m = len(pool.replicas), max(sched.max_num_seqs, 1)
@@ -167,7 +169,8 @@ class CompiledPool:
         self.scratch = (np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64),
                         np.zeros(m), np.zeros(8), np.zeros(5))  # want, need, emit, gaps, x, cost
         cols = list(TIMELINE_COLUMNS.values())[:-1] + ["i4"]  # swap_s is 0; + replica
-        self.rows = tuple(np.zeros(CHUNK_ROWS, dtype=d) for d in cols)
+        chunk = max(CHUNK_ROWS, CHUNK_ROWS_PER_REPLICA * R)
+        self.rows = tuple(np.zeros(chunk, dtype=d) for d in cols)
         itl = run.itl
         self.itl = (itl.counts, itl.sums, float(itl.LOW_S), float(itl._log_ratio))
 
@@ -181,8 +184,11 @@ class CompiledPool:
         k = int(self.state[K.ROWS])
         if not k:
             return
+        self.state[K.ROWS] = 0  # (first: a Ctrl-C while handing over loses rows, never doubles)
         cols, replica = [c[:k] for c in self.rows[:-1]], self.rows[-1][:k]
-        if len(self.steps) == 1:
+        if self.shared is not None:  # every replica's rows in one buffer, as they come
+            self.shared.extend(k, replica, *cols, 0.0)
+        elif len(self.steps) == 1:
             self.steps[0].extend(k, *cols, 0.0)
         else:  # grouped by replica once (stable: each keeps its time order), not masked R times
             order = np.argsort(replica, kind="stable")
@@ -193,7 +199,6 @@ class CompiledPool:
                 end = int(ends[r])
                 self.steps[r].extend(end - start, *(c[start:end] for c in cols), 0.0)
                 start = end
-        self.state[K.ROWS] = 0
 
     def advance(self, max_ended: int) -> int:
         """Run until ``max_ended`` requests have ended (or all have); returns how many have."""
@@ -214,12 +219,13 @@ class CompiledPool:
                 stuck = np.flatnonzero(np.isnan(self.run_.table.completion))
                 raise RuntimeError(f"simulation stalled with {len(stuck)} unfinished "
                                    f"(first: {stuck[:5].tolist()})")
-            else:
-                self._flush()
+            else:  # (the rows wait for a full chunk or ``finish``)
                 return int(st[K.ENDED])
 
     def finish(self) -> None:
-        """Leave the cluster's bookkeeping as the SimPy engine would at this point."""
+        """Hand over the timeline rows still held and leave the cluster's bookkeeping as the
+        SimPy engine would at this point."""
+        self._flush()
         c, t = self.run_.cluster, self.run_.table
         rejected = t.status == REJECTED
         t.reject_reason[rejected] = self.refusal[rejected]

@@ -106,12 +106,13 @@ def _route(rs, st, router):
         r = st[RR]
         st[RR] = (r + 1) % n
         return r
-    low = rs[0, S.OUT]
-    for r in range(1, n):
-        low = min(low, rs[r, S.OUT])
-    ties = 0
-    for r in range(n):
-        ties += rs[r, S.OUT] == low
+    low, ties = rs[0, S.OUT], 1
+    for r in range(1, n):  # the fewest outstanding, and how many replicas have it
+        out = rs[r, S.OUT]
+        if out < low:
+            low, ties = out, 1
+        elif out == low:
+            ties += 1
     st[TURN] += 1
     k = st[TURN] % ties
     for r in range(n):

@@ -52,7 +52,7 @@ from sim.engine.frontend import FrontendServer
 from sim.engine.invariants import InvariantChecker
 from sim.engine.replica import TIMELINE_COLUMNS, Replica
 from sim.errors import ConfigError
-from sim.records import LogHistogram
+from sim.records import LogHistogram, SharedTimeline
 from sim.routers import ROUTERS, PoolView, Router
 from sim.state import (
     NO_REPLICA_LEFT,
@@ -106,6 +106,8 @@ class Cluster:
         self.timeline_file = timeline_file
         self.timeline_path = None  # where the timeline went, once its file is finished
         self.keep_timeline = timeline and timeline_file is None  # rows held in memory
+        # every replica's rows in one buffer, when they are held
+        self.shared_timeline = SharedTimeline(TIMELINE_COLUMNS) if self.keep_timeline else None
         self.check_invariants = check_invariants
         self.checker = InvariantChecker(self) if check_invariants else None
         self.held = np.zeros(table.size, np.int64)
@@ -191,17 +193,25 @@ class Cluster:
                 overlap=overlaps(self.cfg.backend, c.pipeline_parallel_size),
                 speed=self.speeds.get(first + r), check=self.checker,
                 timeline=self.keep_timeline, frontend=frontend,
-                steps=None if self.timeline_file is None else StreamedSteps(
-                    self.timeline_file, first + r, TIMELINE_COLUMNS)))
+                steps=self._steps_of(first + r)))
         meta = pool.parts[0].meta
         kv_tokens = (meta["num_gpu_blocks"] - 1) * meta["block_size"]
         pool.view = PoolView([p.scheduler for p in pool.parts], table, self.hash_ids, kv_tokens,
                              used_blocks=lambda r: pool.replicas[r].kv_used_blocks(),
-                             waiting=lambda r: pool.replicas[r].waiting_ids())
+                             waiting_ids=lambda r: pool.replicas[r].waiting_ids())
         ss = np.random.SeedSequence(self.seed, spawn_key=(ROUTING_STREAM, len(self.pools)))
         pool.router = ROUTERS[c.router](pool.view, np.random.default_rng(ss), c)
         self.pools.append(pool)
         return pool
+
+    def _steps_of(self, gid: int):
+        """Where replica ``gid`` records its steps: the shared timeline, the timeline file, or
+        (None) running totals of its own."""
+        if self.shared_timeline is not None:
+            return self.shared_timeline.rows_of(gid)
+        if self.timeline_file is not None:
+            return StreamedSteps(self.timeline_file, gid, TIMELINE_COLUMNS)
+        return None
 
     def _refusals(self) -> np.ndarray:
         """Per request: 0 if some replica can serve it, else its reject reason code."""

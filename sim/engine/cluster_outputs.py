@@ -23,17 +23,12 @@ def cluster_timeline(cluster: Cluster) -> pd.DataFrame:
         tl = ColumnBuffer(TIMELINE_COLUMNS, capacity=0).to_frame()
         tl.insert(0, "replica", np.empty(0, np.int32))
         return tl.assign(kind=np.empty(0, np.int8))
-    frames = []
-    for pool in cluster.pools:
-        for r, rep in enumerate(pool.replicas):
-            frames.append(rep.steps.to_frame(copy=False))
-            frames[-1].insert(0, "replica", np.int32(pool.first + r))
-            frames[-1]["kind"] = np.int8(0)
-    if cluster.disagg is not None:
-        frames.append(cluster.disagg.timeline())
-    if len(frames) == 1:
-        return frames[0]
-    tl = pd.concat(frames, ignore_index=True)
+    disagg = cluster.disagg
+    tl = cluster.shared_timeline.to_frame(ordered=disagg is None)
+    tl["kind"] = np.int8(0)
+    if disagg is None:
+        return tl
+    tl = pd.concat([tl, disagg.timeline()], ignore_index=True)
     return tl.sort_values(["time_s", "replica"], kind="stable", ignore_index=True)
 
 def _finish_timeline_file(cluster: Cluster) -> None:

@@ -189,7 +189,7 @@ class Replica:
         if w is not None:
             # it counts in the queue from when the scheduler has it: held, from the end of
             # the first step that began after it came (``_release``)
-            self._joins.append(_released_at(w, now) if held else now)
+            self._joins.append(float(_released_at(w, now)) if held else now)
             if w.cuttable:
                 self._cut(w, now)
         if self._wakeup is not None and not self._wakeup.triggered:
@@ -219,9 +219,9 @@ class Replica:
         w = self._window
         if w is None or not self._held:
             return ids
-        now = self.env.now
-        came = [rid for rid, at in self._held if _released_at(w, at) < now]
-        return np.concatenate([ids, np.array(came, np.int64)]) if came else ids
+        held = np.array(self._held)  # (rid, reached at) rows
+        came = held[_released_at(w, held[:, 1]) < self.env.now, 0].astype(np.int64)
+        return np.concatenate([ids, came]) if len(came) else ids
 
     def fail(self) -> None:
         """The replica goes down now: the steps of a decode window that ended by now count
@@ -387,12 +387,12 @@ class Replica:
                              compute[:k], memory[:k], comm[:k], host[:k], bound, 0.0)
 
 
-def _released_at(w: _Window, at: float) -> float:
-    """When a request held since ``at`` reaches the scheduler in decode window ``w`` (inf: after
-    it)."""
+def _released_at(w: _Window, at):
+    """When a request held since ``at`` (a time, or an array of them) reaches the scheduler in
+    decode window ``w`` (inf: after it)."""
     starts = np.concatenate(([w.start], w.ends[:-1]))
-    k = int(np.searchsorted(arrival_cutoff(starts), at, side="right"))  # first it came before
-    return float(w.ends[k]) if k < len(w.ends) else np.inf
+    k = np.searchsorted(arrival_cutoff(starts), at, side="right")  # first it came before
+    return np.where(k < len(w.ends), w.ends[np.minimum(k, len(w.ends) - 1)], np.inf)
 
 
 def _slowed(cost: StepCost, factor: float) -> StepCost:

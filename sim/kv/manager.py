@@ -245,13 +245,15 @@ class PagedKVCache:
         hashes = self._block_hashes(rid)
         if hashes is None:
             return 0
-        if len(hashes):
-            self._pending.add(rid)
         most = (int(num_tokens) - 1) // self.block_size
         hit = self.prefix.match(hashes, most)
         state = int(self.state_of(rid))
-        if state > self.free_blocks - self._revivals(hashes[:hit]):
-            return None if hit else 0
+        if hit and state > self.free_blocks - self._revivals(hashes[:hit]):
+            return None
+        if len(hashes):
+            self._pending.add(rid)
+        if state > self.free_blocks:
+            return 0
         self.free_blocks -= self.prefix.touch(hashes[:hit])
         hit += self._load_from_host(hashes[hit:most], state)
         if not hit:
@@ -341,29 +343,32 @@ class PagedKVCache:
                 pending.discard(rid)
 
     def window_steps(self, rids: np.ndarray, context: np.ndarray, k: int,
-                     waiting: int = -1) -> int:
+                     head: int = -1) -> int:
         """How many of the next ``k`` decode steps of ``rids`` (one token each a step, from
         ``context`` computed tokens) a decode window may take at once: up to and including
-        the first step that fills a named block already cached or filled twice in these
-        steps (its commit frees a block, which stepping reuses at once instead of evicting
-        one), or one that request ``waiting`` (≥ 0: the head of the waiting queue) names
-        (its hit would grow). ``k`` without prefix caching."""
+        the first step that fills a named block already cached, or fills one a second time
+        in these steps (its commit frees a block, which stepping reuses at once instead of
+        evicting one), or fills one that request ``head`` (≥ 0: the head of the waiting
+        queue) names (its hit would grow). ``k`` without prefix caching."""
         pending = self._pending
         if self.prefix is None or not pending:
             return k
         refs, bs = self.prefix.refs, self.block_size
-        named = set(self._block_hashes(waiting) or ()) if waiting >= 0 else set()
-        filled: set[int] = set()
+        named = set(self._block_hashes(head) or ()) if head >= 0 else set()
+        filled: dict[int, int] = {}  # hash -> the step (counted from 1) that fills it
         for rid, c in zip(rids.tolist(), context.tolist(), strict=True):
             if rid not in pending:
                 continue
             hashes = self._hashes[rid]
             for b in range(c // bs, min(len(hashes), (c + k) // bs)):
-                h = hashes[b]
-                if h in refs or h in filled or h in named:
-                    k = (b + 1) * bs - c  # the step that fills block b ends the window
+                h, step = hashes[b], (b + 1) * bs - c
+                if h in refs or h in named:
+                    k = step
                     break
-                filled.add(h)
+                if h in filled:  # the later of its two fills frees a block
+                    k = min(k, max(step, filled[h]))
+                    break
+                filled[h] = step
         return k
 
     def audit(self, rids: np.ndarray) -> str:

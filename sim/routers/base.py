@@ -22,16 +22,16 @@ class PoolView:
     def __init__(self, schedulers: list, table: RequestTable,
                  hash_ids: np.ndarray | None = None, kv_tokens: int = 0,
                  used_blocks: Callable[[int], int] | None = None,
-                 waiting: Callable[[int], np.ndarray] | None = None) -> None:
+                 waiting_ids: Callable[[int], np.ndarray] | None = None) -> None:
         """``schedulers``: one per replica (the owner replaces an entry when a replica is
         rebuilt); ``hash_ids``: per request, a tuple of prefix-block hashes (or None);
         ``kv_tokens``: tokens one replica's KV cache holds; ``used_blocks(r)``: KV blocks
-        replica ``r`` uses now and ``waiting(r)``: the ids its scheduler has waiting
+        replica ``r`` uses now and ``waiting_ids(r)``: the ids its scheduler has waiting
         (default: what its KV cache and scheduler say)."""
         n = len(schedulers)
         self.schedulers = schedulers
         self.used_blocks = used_blocks or (lambda r: self.schedulers[r].kv.used_blocks)
-        self.waiting = waiting or (lambda r: _waiting_ids(self.schedulers[r]))
+        self.waiting_ids = waiting_ids or (lambda r: _waiting_ids(self.schedulers[r]))
         self.table = table
         self.hash_ids = hash_ids
         self.kv_tokens = int(kv_tokens)
@@ -51,7 +51,7 @@ class PoolView:
 
     def _queued(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids running, ids waiting) on replica ``r``."""
-        return self.schedulers[r].running, self.waiting(r)
+        return self.schedulers[r].running, self.waiting_ids(r)
 
     def queued_tokens(self, r: int) -> int:
         """Tokens replica ``r`` has yet to put in its KV cache for the requests it holds

@@ -49,6 +49,8 @@ def test_the_file_holds_the_in_memory_rows_and_gives_the_same_step_metrics(
         tmp_path / "timeline.parquet")
     f = pq.ParquetFile(tmp_path / "timeline.parquet")
     assert f.metadata.num_row_groups > 2
+    assert max(f.metadata.row_group(i).num_rows
+               for i in range(f.metadata.num_row_groups)) <= 100
     disk = pd.read_parquet(tmp_path / "timeline.parquet")
     a, b = _sorted(held.timeline), _sorted(disk.assign(
         bound=disk["bound"].cat.codes.astype("int8"), kind=disk["kind"].cat.codes.astype("int8")))

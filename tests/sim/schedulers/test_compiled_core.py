@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -328,3 +329,9 @@ def test_ctrl_c_keeps_what_was_simulated(compose_cfg, requests_for):
     assert 0 < done.sum() < len(r)
     assert r.loc[done, "completion_s"].max() <= rec.meta["interrupted_at_sim_s"]
     assert r.loc[~done, "completion_s"].isna().all()
+    # the steps run so far, each once: the first rows of the whole run's timeline (those
+    # still waiting for a full chunk are handed over too)
+    tl, whole = rec.timeline, simulate(cfg, requests_for(cfg)).timeline
+    assert 0 < len(tl) < len(whole)
+    assert tl["time_s"].max() <= rec.meta["interrupted_at_sim_s"]
+    pd.testing.assert_frame_equal(tl, whole.iloc[: len(tl)])
