@@ -26,6 +26,15 @@ def arrival_cutoff(start):
     return start - 1e-12 * np.maximum(1.0, np.abs(start))
 
 
+def released_in_window(start: float, ends: np.ndarray, at):
+    """When a request held since ``at`` (a time or an array of them) reaches the scheduler of
+    an engine running a decode window that began at ``start`` and whose steps end at
+    ``ends``: the end of the first step that began after it came (inf: after the window)."""
+    starts = np.concatenate(([start], ends[:-1]))
+    k = np.searchsorted(arrival_cutoff(starts), at, side="right")  # first it came before
+    return np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)], np.inf)
+
+
 @compiled
 def came_before(at, start):
     """Whether a request that reached an overlapping engine at ``at`` came before a step that

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from sim.compiled.overlap import arrival_cutoff, came_before
+from sim.compiled.overlap import came_before, released_in_window
 from sim.cost.base import BOUNDS, CostModel, StepCost
 from sim.engine.faults import SpeedSchedule
 from sim.engine.frontend import FrontendServer
 from sim.records import ColumnBuffer, StepTotals
+from sim.routers.base import queued_ids
 from sim.schedulers.base import TokenBudgetScheduler
 
 if TYPE_CHECKING:
@@ -189,7 +190,8 @@ class Replica:
         if w is not None:
             # it counts in the queue from when the scheduler has it: held, from the end of
             # the first step that began after it came (``_release``)
-            self._joins.append(float(_released_at(w, now)) if held else now)
+            self._joins.append(float(released_in_window(w.start, w.ends, now)) if held
+                               else now)
             if w.cuttable:
                 self._cut(w, now)
         if self._wakeup is not None and not self._wakeup.triggered:
@@ -213,14 +215,14 @@ class Replica:
 
     def waiting_ids(self) -> np.ndarray:
         """The scheduler's waiting requests as stepping would have them now: inside a decode
-        window, with the held requests whose step boundary (``_released_at``) has passed."""
-        waiting = self.scheduler.waiting
-        ids = np.fromiter(waiting, np.int64, len(waiting))
+        window, with the held requests whose step boundary has passed."""
+        ids = queued_ids(self.scheduler)
         w = self._window
         if w is None or not self._held:
             return ids
         held = np.array(self._held)  # (rid, reached at) rows
-        came = held[_released_at(w, held[:, 1]) < self.env.now, 0].astype(np.int64)
+        came = held[released_in_window(w.start, w.ends, held[:, 1]) < self.env.now,
+                    0].astype(np.int64)
         return np.concatenate([ids, came]) if len(came) else ids
 
     def fail(self) -> None:
@@ -385,14 +387,6 @@ class Replica:
         bound = np.argmax(np.stack([compute[:k], memory[:k], comm[:k], host[:k]]), axis=0)
         self.steps.extend(k, starts, time[:k], n, n, 0, n, queue, w.used[:k],
                              compute[:k], memory[:k], comm[:k], host[:k], bound, 0.0)
-
-
-def _released_at(w: _Window, at):
-    """When a request held since ``at`` (a time, or an array of them) reaches the scheduler in
-    decode window ``w`` (inf: after it)."""
-    starts = np.concatenate(([w.start], w.ends[:-1]))
-    k = np.searchsorted(arrival_cutoff(starts), at, side="right")  # first it came before
-    return np.where(k < len(w.ends), w.ends[np.minimum(k, len(w.ends) - 1)], np.inf)
 
 
 def _slowed(cost: StepCost, factor: float) -> StepCost:

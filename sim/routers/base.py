@@ -31,7 +31,7 @@ class PoolView:
         n = len(schedulers)
         self.schedulers = schedulers
         self.used_blocks = used_blocks or (lambda r: self.schedulers[r].kv.used_blocks)
-        self.waiting_ids = waiting_ids or (lambda r: _waiting_ids(self.schedulers[r]))
+        self.waiting_ids = waiting_ids or (lambda r: queued_ids(self.schedulers[r]))
         self.table = table
         self.hash_ids = hash_ids
         self.kv_tokens = int(kv_tokens)
@@ -71,9 +71,9 @@ class PoolView:
         return (self.used_blocks(r) + need) / max(kv.num_blocks, 1)
 
 
-def _waiting_ids(scheduler) -> np.ndarray:
-    waiting = scheduler.waiting
-    return np.fromiter(waiting, np.int64, len(waiting))
+def queued_ids(scheduler) -> np.ndarray:
+    """The ids in ``scheduler``'s waiting queue, in its order."""
+    return np.fromiter(scheduler.waiting, np.int64, len(scheduler.waiting))
 
 
 def first_min(ids: np.ndarray, *keys: np.ndarray) -> int:
