@@ -19,7 +19,12 @@ class ConfigError(ValueError):
 
     def __init__(self, field: str, value: object, expected: str) -> None:
         self.field, self.value, self.expected = field, value, expected
-        super().__init__(f"{field}={value!r}: {expected}")
+        # every field in args: SimPy re-raises a process's exception as type(e)(*e.args),
+        # and a sweep's worker pickles it the same way
+        super().__init__(field, value, expected)
+
+    def __str__(self) -> str:
+        return f"{self.field}={self.value!r}: {self.expected}"
 
 
 class InvariantError(AssertionError):

@@ -25,6 +25,11 @@ Imitates ``python/sglang/srt/managers/scheduler.py`` (``get_next_batch_to_run``,
   ``new_token_ratio`` becomes ``min(1, (Σ generated + 20 × remaining) / (Σ max_new + 1))``
   (``SGLANG_RETRACT_DECODE_STEPS`` = 20).
 
+When the one request left decoding and the chunked prefill hold every block between them,
+neither can go on: the run ends with one line naming ``kv_cache.num_gpu_blocks`` (SGLang stops
+there too, ``retract_decode``'s "No space left for only one request"; its one-token pages
+reach that state only in a fuller cache than blocks do).
+
 Retraction is always by recompute (SGLang has no swap): ``kv_cache.preemption=swap`` is
 ignored, and the run logs a warning saying so.
 
@@ -41,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import SchedulerConfig
+from sim.errors import ConfigError
 from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers.base import Batch, TokenBudgetScheduler
@@ -52,6 +58,17 @@ NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 RETRACT_DECODE_STEPS = 20
 CLIP_MAX_NEW_TOKENS = 4096
 LPM_MAX_QUEUE = 128  # above this many waiting requests, FCFS
+# SGLang stops in the same spot: ``retract_decode`` asserts "No space left for only one
+# request", and a chunk it cannot place fails its prefill ("Prefill out of memory")
+NO_ROOM = ("the KV cache is full and nothing can run: the one request left decoding and the "
+           "chunked prefill hold every block, and neither has a block to grow into (SGLang "
+           "stops here too: 'No space left for only one request'); give the replica more KV "
+           "blocks or a smaller scheduler.chunk_size")
+
+
+def no_room_error(num_gpu_blocks: int) -> ConfigError:
+    """The error that ends a run whose SGLang replica has too few blocks to go on."""
+    return ConfigError("kv_cache.num_gpu_blocks", int(num_gpu_blocks), NO_ROOM)
 
 
 class SglangScheduler(TokenBudgetScheduler):
@@ -183,7 +200,7 @@ class SglangScheduler(TokenBudgetScheduler):
         ctx = t.computed[run]
         want = t.num_tokens[run] - ctx
         if not kv.allocate_all(run, ctx, want):
-            raise AssertionError("one request cannot decode in an otherwise empty cache")
+            raise no_room_error(kv.num_blocks + 1)
         return Batch(run, want, ctx, len(self.waiting))
 
     def _retract(self, run: np.ndarray) -> np.ndarray:

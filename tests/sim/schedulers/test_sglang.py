@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
+import pandas as pd
 import pytest
 import simpy
 
+from sim import simulate
 from sim.config import SchedulerConfig
 from sim.cost import ConstantCostModel
 from sim.engine.replica import Replica
+from sim.errors import ConfigError
 from sim.kv.manager import PagedKVCache
 from sim.records import LogHistogram
 from sim.schedulers import sglang
@@ -193,3 +198,24 @@ def test_cached_blocks_a_hit_locks_count_against_the_tokens_left():
     b = step(s, 1.0)
     assert list(b.ids) == [2] and t.cached_tokens[2] == 48
     assert _drain(s) == 2 and (t.generated == t.max_output).all()  # 0 finished in step 0
+
+
+def test_a_cache_the_last_decode_and_a_chunked_prefill_fill_ends_the_run_with_one_line(
+        compose_cfg):
+    """gpt-oss (9 sliding-window state blocks a request) in 40 blocks: request 1, retracted
+    and re-admitted with its 155 tokens in 16-token chunks, holds 18 blocks when request 0,
+    decoding alone, needs its 23rd. Neither can go on (SGLang stops there too): the run ends
+    with a ConfigError naming the field, through SimPy's re-raise, not an AssertionError."""
+    cfg = compose_cfg("cost_model=constant", "engine=python", "scheduler=sglang",
+                      "model=gpt_oss_120b", "kv_cache.block_size=16", "scheduler.max_num_seqs=3",
+                      "scheduler.chunk_size=16", "scheduler.max_num_batched_tokens=16",
+                      "kv_cache.num_gpu_blocks=41")
+    req = pd.DataFrame({"arrival_time_s": [0.397327, 0.422148], "input_tokens": [21, 6],
+                        "output_tokens": [199, 196], "client": -1, "think_time_s": 0.0})
+    with pytest.raises(ConfigError) as e:
+        simulate(cfg, req)
+    assert str(e.value).startswith("kv_cache.num_gpu_blocks=41: the KV cache is full")
+    assert "\n" not in str(e.value)
+    assert str(pickle.loads(pickle.dumps(e.value))) == str(e.value)  # as a sweep's worker
+    cfg.kv_cache.num_gpu_blocks = 46  # room for both: they finish
+    assert (simulate(cfg, req).requests["status"] == "completed").all()
