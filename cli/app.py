@@ -35,6 +35,7 @@ import conf.schema  # noqa: F401  (registers the config schemas)
 from analysis.collect import FAILED_JSON, SUMMARY_JSON, write_sweep_summary
 from analysis.diffusion_plots import write_diffusion_plots
 from analysis.files import atomic_write, make_folder
+from analysis.hourly import format_hourly
 from analysis.plots import write_plots
 from analysis.report import (
     clear_run,
@@ -162,6 +163,8 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
     if nothing_completed(summary) is None:
         if records is not None:
             print(format_summary(summary))
+        if "hourly" in summary:
+            print(format_hourly(summary["hourly"]))
         if job_records is not None:
             print(format_job_summary(summary))
     if pending:

@@ -15,9 +15,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from analysis.diffusion_metrics import summarize_jobs
+from analysis.hourly import hourly_metrics
 from analysis.metrics import summarize
 from analysis.report import SUMMARY_JSON, reasons_text
 from analysis.steady import job_load, request_load
+from scenarios.rate_profile import RateProfile, has_profile
 
 
 def summarize_run(cfg: DictConfig, records, job_records) -> dict:
@@ -39,6 +41,11 @@ def summarize_run(cfg: DictConfig, records, job_records) -> dict:
         summary.update(run_state(records))
         load = request_load(records.requests, summary["request_throughput"], until)
         summary.update(load.fields())
+        if has_profile(cfg.workload):  # traffic that varies: each hour on its own
+            p = cfg.workload.rate_profile
+            span = RateProfile.from_config(p, float(cfg.workload.rate)).end
+            summary["hourly"] = hourly_metrics(records.requests, float(p.hour_s),
+                                               math.ceil(span / float(p.hour_s)), cfg.slo)
     if job_records is not None:
         summary.update(summarize_jobs(job_records, cfg.metrics.percentiles))
         load = job_load(job_records.jobs, summary["jobs_per_hour"] / 3600.0, until)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from scenarios.config import LengthConfig, WorkloadConfig
+from scenarios.rate_profile import has_profile
 from sim.config import ClusterConfig, LinkDegradationConfig, SchedulerConfig, StragglerConfig
 from sim.config.diffusion_cluster import (
     DiffusionBatchingConfig,
@@ -37,6 +38,8 @@ WORKLOAD_ARRIVALS = {
     "window_start_s": ("trace",),
     "window_end_s": ("trace",),
     "max_requests": ("trace",),
+    "peak_rate": ("trace",),
+    "peak_window_s": ("trace",),
 }
 # cluster fields read only by a disaggregated cluster, and the one it does not read
 DISAGG_ONLY = ("prefill_replicas", "decode_replicas", "prefill_tensor_parallel_size",
@@ -82,6 +85,9 @@ def unused_settings(cfg) -> list[str]:
             out.append(f"workload.{name}={getattr(w, name)} is ignored: "
                        f"workload.arrival={w.arrival} does not read it (only "
                        f"{', '.join(arrivals)} arrivals do)")
+    if has_profile(w) and _changed(w, WorkloadConfig, ["num_requests"]):
+        out.append(f"workload.num_requests={w.num_requests} is ignored: "
+                   "workload.rate_profile decides how many requests arrive (those of its span)")
     if getattr(w, "random", None) is not None and w.arrival != "trace":
         for length in ("input", "output"):
             for p in _block_changed(getattr(w, length), LengthConfig, f"workload.{length}"):

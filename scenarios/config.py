@@ -45,6 +45,7 @@ from scenarios.field_checks import (
     check_tokens,
     finite,
 )
+from scenarios.rate_profile import RateProfileConfig, check_rate_profile, has_profile
 from scenarios.traces import MAX_TIME_S
 
 ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
@@ -111,6 +112,9 @@ class WorkloadConfig:
     kind: str = "llm"
     arrival: str = "poisson"  # poisson | gamma | closed_loop | trace
     rate: float = 10.0  # req/s (poisson, gamma); inf: every request at t = 0, as vLLM's default
+    # poisson, gamma: a time-varying rate, multipliers of ``rate`` over a span
+    # (scenarios.rate_profile); arrivals then run over the span, and num_requests is not read
+    rate_profile: RateProfileConfig = field(default_factory=RateProfileConfig)
     cv: float = 1.0  # gamma inter-arrival coefficient of variation (1 = Poisson)
     num_requests: int = 1000  # poisson, gamma, closed_loop; ignored by trace
     concurrency: int = 8  # closed_loop clients
@@ -126,6 +130,10 @@ class WorkloadConfig:
     window_start_s: float = 0.0
     window_end_s: float | None = None
     max_requests: int | None = None  # trace: keep at most this many rows (None: all)
+    # trace: re-time it so that its busiest peak_window_s runs at this many req/s (in place
+    # of time_scale; null: time_scale)
+    peak_rate: float | None = None
+    peak_window_s: float = 60.0
     input_tokens: int | None = None  # fixes every request's input length (overrides all else)
     output_tokens: int | None = None  # likewise for the output length
     input: LengthConfig = field(default_factory=LengthConfig)
@@ -250,7 +258,16 @@ def check_workload(w: Any) -> None:
         value = getattr(w, name)
         if value is not None:
             check_tokens(f"workload.{name}", value)
-    if w.arrival in ("poisson", "gamma") and w.num_requests / w.rate > MAX_TIME_S:
+    check_rate_profile(w, MAX_REQUESTS)
+    check_positive("workload.peak_window_s", getattr(w, "peak_window_s", 60.0))
+    peak = getattr(w, "peak_rate", None)
+    if peak is not None:
+        check_positive("workload.peak_rate", peak)
+        if w.time_scale != 1.0:
+            raise WorkloadError("workload.time_scale", w.time_scale,
+                                "1.0 with workload.peak_rate set (it decides the time scale)")
+    if w.arrival in ("poisson", "gamma") and not has_profile(w) \
+            and w.num_requests / w.rate > MAX_TIME_S:
         raise WorkloadError("workload.rate", w.rate,
                             f"at least workload.num_requests / {MAX_TIME_S:g} s = "
                             f"{w.num_requests / MAX_TIME_S:g} (the arrivals would span longer)")

@@ -10,4 +10,7 @@ class WorkloadError(ValueError):
 
     def __init__(self, field: str, value: object, expected: str) -> None:
         self.field, self.value, self.expected = field, value, expected
-        super().__init__(f"{field}={value!r}: {expected}")
+        super().__init__(field, value, expected)  # every field in args, so it pickles
+
+    def __str__(self) -> str:
+        return f"{self.field}={self.value!r}: {self.expected}"

@@ -188,6 +188,19 @@ def window_trace(
     return out
 
 
+def busiest_rate(arrivals: np.ndarray, window_s: float) -> float:
+    """The rate (req/s) of the busiest ``window_s`` of sorted ``arrivals``: the most
+    arrivals in ``[t, t + window_s)`` over every arrival ``t`` (a sliding window, so no bin
+    edge splits a burst), over ``window_s``; a trace shorter than the window counts the
+    arrivals before its last over its span. 0 when every arrival is at one instant (it has
+    no rate)."""
+    window = min(float(window_s), float(arrivals[-1] - arrivals[0]))
+    if window <= 0:
+        return 0.0
+    counts = np.searchsorted(arrivals, arrivals + window, side="left") - np.arange(len(arrivals))
+    return float(counts.max()) / window
+
+
 def _check_sorted(arrival: np.ndarray, labels: pd.Index, column: str, src: InputFile,
                   field: str) -> None:
     down = np.diff(arrival) < 0

@@ -24,7 +24,10 @@ Contract of ``build_requests(workload, rng_arrivals, rng_lengths) -> pandas.Data
   ==================  =======  ==========================================================
 
 - Open loop (poisson, gamma, trace): rows are in arrival order (non-decreasing times). Poisson and
-  Gamma start at the first gap, not at 0; a trace is windowed, shifted to start at 0 and scaled.
+  Gamma start at the first gap, not at 0; with ``workload.rate_profile`` they follow its
+  time-varying rate over its span (``scenarios.rate_profile``), as many rows as arrive there.
+  A trace is windowed, shifted to start at 0 and scaled (by ``time_scale``, or so that its
+  busiest ``peak_window_s`` runs at ``peak_rate``).
 - Closed loop: ``num_requests`` rows, row ``i`` belongs to client ``i % concurrency``. Each
   client's first row arrives at 0.0; each later row has NaN arrival, which the simulator sets to
   the completion time of the same client's previous row plus this row's ``think_time_s``.
@@ -70,9 +73,10 @@ from scenarios.lengths import (
     split_total_lengths,
 )
 from scenarios.prefixes import add_shared_prefix, add_system_prompts
+from scenarios.rate_profile import RateProfile, has_profile
 from scenarios.sessions import session_rows
 from scenarios.sharegpt_dataset import sharegpt_lengths
-from scenarios.traces import MAX_TIME_S, read_trace, window_trace
+from scenarios.traces import MAX_TIME_S, busiest_rate, read_trace, window_trace
 
 COLUMNS = ("arrival_time_s", "input_tokens", "output_tokens", "client", "think_time_s")
 
@@ -87,38 +91,57 @@ def requests_for_seed(workload: Any, seed: int) -> pd.DataFrame:
 
 def _trace_rows(w: Any) -> pd.DataFrame:
     path = str(w.trace_path)
+    peak = getattr(w, "peak_rate", None)
     trace = window_trace(
         read_trace(path),
         float(w.window_start_s),
         None if w.window_end_s is None else float(w.window_end_s),
-        float(w.time_scale),
+        float(w.time_scale) if peak is None else 1.0,
         w.max_requests,
         path,
     )
     n = len(trace)
+    scale_field, scale = "workload.time_scale", w.time_scale
+    if peak is not None:  # the trace's own rate curve, re-timed to the target peak
+        busiest = busiest_rate(trace["arrival_time_s"].to_numpy(), float(w.peak_window_s))
+        if busiest == 0:
+            raise WorkloadError("workload.peak_rate", peak, "null for this trace: its rows "
+                                "all arrive at one instant, so it has no rate to re-time")
+        trace["arrival_time_s"] *= busiest / float(peak)
+        scale_field, scale = "workload.peak_rate", peak
     last = float(trace["arrival_time_s"].iloc[-1])
     if last > MAX_TIME_S:
-        raise WorkloadError("workload.time_scale", w.time_scale,
+        raise WorkloadError(scale_field, scale,
                             f"the scaled trace would last {last:g} s; at most {MAX_TIME_S:g} s")
     trace["client"] = np.full(n, -1, dtype=np.int64)
     trace["think_time_s"] = np.zeros(n)
     return trace
 
 
+def _open_loop_arrivals(w: Any, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times of poisson or gamma arrivals: ``num_requests`` at a constant rate, or
+    over the span of ``workload.rate_profile``."""
+    cv = float(w.cv) if w.arrival == "gamma" else 1.0
+    if has_profile(w):
+        return RateProfile.from_config(w.rate_profile, float(w.rate)).arrivals(rng, cv)
+    n = int(w.num_requests)
+    if w.arrival == "poisson":
+        return poisson_arrivals(float(w.rate), n, rng)
+    return gamma_arrivals(float(w.rate), cv, n, rng)
+
+
 def _synthetic_rows(
     w: Any, rng_arrivals: np.random.Generator, rng_lengths: np.random.Generator
 ) -> pd.DataFrame:
-    n = int(w.num_requests)
     if w.arrival == "closed_loop":
+        n = int(w.num_requests)
         arrival, client, think = closed_loop(
             n, int(w.concurrency), float(w.think_time_s), str(w.think_time_dist), rng_arrivals,
             float(getattr(w, "ramp_up_s", 0.0)),
         )
     else:
-        if w.arrival == "poisson":
-            arrival = poisson_arrivals(float(w.rate), n, rng_arrivals)
-        else:
-            arrival = gamma_arrivals(float(w.rate), float(w.cv), n, rng_arrivals)
+        arrival = _open_loop_arrivals(w, rng_arrivals)
+        n = len(arrival)
         client, think = np.full(n, -1, dtype=np.int64), np.zeros(n)
     rng_in, rng_out = rng_lengths.spawn(2)
     if _random_dataset(w) is not None:

@@ -55,6 +55,8 @@ def runs(tmp_path_factory, sim_cli):
         "gamma": [*SMALL, "workload=gamma"],
         "closed_loop": [*SMALL, "workload=closed_loop", f"workload.concurrency={CONCURRENCY}"],
         "trace": ["plots=false", "workload=trace", "workload.trace_path=small_trace.csv"],
+        "diurnal": ["plots=false", "workload=diurnal", "workload.rate_profile.hour_s=2",
+                    "workload.rate=4"],
         "llama70b_tp4": [*SMALL, "model=llama3_70b", "cluster.tensor_parallel_size=4"],
         "a100": [*SMALL, "hardware=a100_80g_sxm"],
         "constant": [*SMALL, "cost_model=constant", "cost_model.step_time_ms=5"],
@@ -237,6 +239,19 @@ def test_synthetic_workloads_run(runs, name):
     assert s["workload"] == name
     assert s["completed"] + s["rejected"] == len(req) == N
     assert s["completed"] > 0
+
+
+def test_a_day_of_traffic_is_reported_hour_by_hour(runs):
+    """workload=diurnal compressed to 2 s hours: summary.json carries one row per hour, each
+    counting the requests that arrived in it, and the run prints them as a table."""
+    run = _ok(runs["diurnal"])
+    s, req = _summary(run), _requests(run)
+    hourly = s["hourly"]
+    assert [h["hour"] for h in hourly] == list(range(24))
+    counts = np.bincount((req["arrival_s"] // 2).astype(int), minlength=24)
+    assert [h["arrivals"] for h in hourly] == counts.tolist()
+    assert sum(h["completed"] for h in hourly) == s["completed"]
+    assert "Hour by hour (by arrival)" in run.stdout and "slo_attainment" in hourly[13]
 
 
 def test_gamma_arrivals_differ_from_poisson(runs):

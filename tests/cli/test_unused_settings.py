@@ -42,6 +42,9 @@ def test_shipped_options_set_nothing_they_do_not_read(compose_cfg, option):
     (["workload=closed_loop", "workload.rate=9"], "workload.rate=9.0 is ignored"),
     (["workload=trace", "workload.num_requests=50"], "workload.num_requests=50 is ignored"),
     (["workload.time_scale=0.5"], "workload.time_scale=0.5 is ignored"),
+    (["workload.peak_rate=3"], "workload.peak_rate=3.0 is ignored"),
+    (["workload=diurnal", "workload.num_requests=50"],
+     "workload.num_requests=50 is ignored: workload.rate_profile decides"),
     (["cluster.prefill_replicas=3"], "cluster.prefill_replicas=3 is ignored: the cluster is "
                                      "not disaggregated"),
     (["cluster=disagg", "cluster.replicas=4"], "cluster.replicas=4 is ignored: the cluster is "

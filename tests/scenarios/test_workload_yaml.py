@@ -9,6 +9,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from scenarios import WorkloadConfig, build_jobs, build_requests, check_workload
+from scenarios.rate_profile import RateProfile, has_profile
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -34,11 +35,17 @@ def test_compose_check_and_build(name, monkeypatch):
             pytest.skip(f"example trace {w.trace_path} not found relative to {REPO}")
         monkeypatch.chdir(REPO)
         w.max_requests = 100
+    elif has_profile(w):
+        w.rate_profile.hour_s = 1.0  # the day's shape, not its million requests
     else:
         w.num_requests = 200
     df = (build_jobs(w, "flux1_dev", 0) if w.kind == "diffusion" else
           build_requests(w, np.random.default_rng(0), np.random.default_rng(1)))
-    assert len(df) == (100 if w.arrival == "trace" else 200)
+    if has_profile(w):  # as many as arrive over the span
+        mean = RateProfile.from_config(w.rate_profile, w.rate).expected_arrivals
+        assert abs(len(df) - mean) < 5 * np.sqrt(mean)
+    else:
+        assert len(df) == (100 if w.arrival == "trace" else 200)
 
 
 def test_chat_is_the_sharegpt_fit():
