@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis.autoscaling import autoscaler_metrics
 from analysis.config import slo_is_set
 from sim.cost.base import BOUNDS
 from sim.errors import ConfigError
@@ -164,6 +165,7 @@ def summarize(records: Records, slo=None, percentiles: Sequence[float] | None = 
         s["slo_attainment"] = good / offered if offered else float("nan")
     s.update(kv_metrics(req, records.meta))
     s.update(cluster_metrics(req, records.meta))
+    s.update(autoscaler_metrics(req, records.meta))
     s.update(step_metrics(tl, records.meta))
     s.update(
         {

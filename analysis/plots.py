@@ -232,6 +232,30 @@ def plot_bound_share(records: Records, path: Path,
     save_figure(fig, path, dpi=110)
 
 
+def plot_day(hourly: list[dict], path: Path) -> None:
+    """A day hour by hour (``summary.json``'s ``hourly``): the offered rate, the replicas
+    (billed and ready, when autoscaled) and the mean and p99 TTFT."""
+    day = pd.DataFrame(hourly)
+    panels = 3 if "replicas" in day else 2
+    fig = Figure(figsize=(10, 2.6 * panels))
+    axes = fig.subplots(panels, 1, sharex=True)
+    axes[0].step(day["hour"], day["offered_rate"], where="post")
+    axes[0].set_ylabel("offered (req/s)")
+    if panels == 3:
+        for col, label in (("replicas", "billed"), ("ready_replicas", "ready")):
+            axes[1].step(day["hour"], day[col], where="post", label=label)
+        axes[1].set_ylabel("replicas (hour mean)")
+        axes[1].legend(loc="upper left", fontsize=8)
+    for col, label in (("mean_ttft_ms", "mean"), ("p99_ttft_ms", "p99")):
+        axes[-1].plot(day["hour"], day[col], marker=".", label=label)
+    axes[-1].set_yscale("log")
+    axes[-1].set_ylabel("TTFT (ms)")
+    axes[-1].legend(loc="upper left", fontsize=8)
+    axes[-1].set_xlabel("hour (by arrival)")
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+
+
 def write_plots(records: Records, outdir: Path, cfg: DictConfig | None = None) -> list[Path]:
     """All plots of one run into ``outdir``; returns their paths. ``cfg``: the run's config
     (None: ``run_config(outdir)``)."""

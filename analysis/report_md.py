@@ -19,7 +19,9 @@ from sim.errors import ConfigError, OutputError, report_error
 RUN_METRICS = ("offered_rate", "completed", "rejected", "request_throughput", "output_throughput",
                "request_goodput", "slo_attainment", "median_ttft_ms", "p99_ttft_ms",
                "median_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "mean_e2el_ms",
-               "mean_batch_size", "mean_kv_usage", "num_preemptions")
+               "mean_batch_size", "mean_kv_usage", "num_preemptions", "mean_replicas",
+               "peak_replicas", "scale_ups", "drains", "gpu_hours", "cost",
+               "arrived_while_scaling_up")
 SWEEP_METRICS = ("request_throughput", "request_goodput", "median_ttft_ms", "p99_ttft_ms",
                  "median_tpot_ms", "p99_tpot_ms")
 
@@ -52,6 +54,11 @@ def run_markdown(root: Path) -> str:
                 f"simulated s with {s.get('unfinished')} requests unfinished; the metrics "
                 "count the requests that ended.", ""]
     out += [md_table(["metric", "value", "unit"], rows), ""]
+    hourly = s.get("hourly")
+    if isinstance(hourly, list) and hourly and all(isinstance(h, dict) for h in hourly):
+        columns = list(hourly[0])
+        out += ["## Hour by hour (by arrival)", "",
+                md_table(columns, [[h.get(c) for c in columns] for h in hourly]), ""]
     if s.get("pending_outputs"):
         out += [f"Not written: {', '.join(map(str, s['pending_outputs']))} (interrupted).", ""]
     out += _images(root, _run_plots(s))

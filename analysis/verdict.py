@@ -10,7 +10,8 @@ import pandas as pd
 
 UNITS = {"ms": "ms", "request_throughput": "req/s", "request_goodput": "req/s",
          "output_throughput": "tok/s", "total_token_throughput": "tok/s",
-         "output_throughput_per_gpu": "tok/s/GPU", "median_tps": "tok/s"}
+         "output_throughput_per_gpu": "tok/s/GPU", "median_tps": "tok/s",
+         "gpu_hours": "GPU-h", "cost": "USD"}
 NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency",
          "wait": "queue wait"}
 LABELS = {"request_throughput": "throughput", "request_goodput": "goodput",

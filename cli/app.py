@@ -36,7 +36,7 @@ from analysis.collect import FAILED_JSON, SUMMARY_JSON, write_sweep_summary
 from analysis.diffusion_plots import write_diffusion_plots
 from analysis.files import atomic_write, make_folder
 from analysis.hourly import format_hourly
-from analysis.plots import write_plots
+from analysis.plots import plot_day, write_plots
 from analysis.report import (
     clear_run,
     format_job_summary,
@@ -171,6 +171,9 @@ def run(cfg: DictConfig, outdir: Path) -> dict:
         try:
             if records is not None:
                 outputs += write_plots(records, outdir)
+            if "hourly" in summary:  # traffic that varied over the day
+                plot_day(summary["hourly"], outdir / "day.png")
+                outputs.append(outdir / "day.png")
             if job_records is not None:
                 outputs += write_diffusion_plots(job_records, outdir)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the summary says what is missing

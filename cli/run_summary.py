@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from analysis.autoscaling import hourly_replicas
 from analysis.diffusion_metrics import summarize_jobs
 from analysis.hourly import hourly_metrics
 from analysis.metrics import summarize
@@ -44,8 +45,14 @@ def summarize_run(cfg: DictConfig, records, job_records) -> dict:
         if has_profile(cfg.workload):  # traffic that varies: each hour on its own
             p = cfg.workload.rate_profile
             span = RateProfile.from_config(p, float(cfg.workload.rate)).end
-            summary["hourly"] = hourly_metrics(records.requests, float(p.hour_s),
-                                               math.ceil(span / float(p.hour_s)), cfg.slo)
+            # and the hours the run went on after the profile's span, draining
+            hours = math.ceil(max(span, meta["sim_time_s"]) / float(p.hour_s))
+            summary["hourly"] = hourly_metrics(records.requests, float(p.hour_s), hours,
+                                               cfg.slo)
+            if "autoscaler" in records.meta:
+                for row, more in zip(summary["hourly"], hourly_replicas(
+                        records.meta, records.requests, float(p.hour_s), hours), strict=True):
+                    row.update(more)
     if job_records is not None:
         summary.update(summarize_jobs(job_records, cfg.metrics.percentiles))
         load = job_load(job_records.jobs, summary["jobs_per_hour"] / 3600.0, until)

@@ -15,6 +15,7 @@ import dataclasses
 from scenarios.config import LengthConfig, WorkloadConfig
 from scenarios.rate_profile import has_profile
 from sim.config import ClusterConfig, LinkDegradationConfig, SchedulerConfig, StragglerConfig
+from sim.config.autoscaler import AutoscalerConfig
 from sim.config.diffusion_cluster import (
     DiffusionBatchingConfig,
     DiffusionJobCostConfig,
@@ -127,6 +128,8 @@ def _cluster_unused(cfg) -> list[str]:
         for name in _changed(c, ClusterConfig, unread):
             mode = "disaggregated (cluster=disagg)" if c.disaggregated else "not disaggregated"
             out.append(f"cluster.{name}={getattr(c, name)} is ignored: the cluster is {mode}")
+    if kind != "diffusion":
+        out += _autoscaler_unused(c.autoscaler)
     if kind == "llm":
         pool = [f"cluster.{n}={getattr(c, n)}" for n in _changed(c, ClusterConfig, POOL_ONLY)]
         for block, schema in POOL_BLOCKS:
@@ -157,3 +160,16 @@ def _cluster_unused(cfg) -> list[str]:
                 out.append(f"{p} is ignored: cluster.job_cost.name={c.job_cost.name} (only "
                            "the constant job cost reads it)")
     return out
+
+
+def _autoscaler_unused(a) -> list[str]:
+    """``cluster.autoscaler`` fields its policy does not read (all of them with none)."""
+    if a.policy == "none":
+        unread = [n for n in _defaults(AutoscalerConfig) if n != "policy"]
+    elif a.policy == "slo":
+        unread = ["target", "tolerance"]
+    else:
+        unread = [n for n in _defaults(AutoscalerConfig) if n.startswith("slo_")
+                  or n == "scale_down_below"]
+    return [f"cluster.autoscaler.{n}={getattr(a, n)} is ignored: cluster.autoscaler.policy="
+            f"{a.policy} does not read it" for n in _changed(a, AutoscalerConfig, unread)]

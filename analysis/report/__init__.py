@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.autoscaling import replica_states
 from analysis.files import atomic_write, make_folder, write_json
 from analysis.metrics import percentile_of, reported_labels
 from sim.cost.base import BOUNDS
@@ -35,11 +36,16 @@ def write_tables(records: Records, outdir: Path) -> list[Path]:
     outdir = make_folder(outdir)
     paths = [outdir / "requests.parquet", outdir / "timeline.parquet"]
     atomic_write(paths[0], lambda p: records.requests.to_parquet(p, index=False))
+    if "autoscaler" in records.meta:  # every replica's state changes
+        paths.append(outdir / "replicas.parquet")
+        atomic_write(paths[-1], lambda p: replica_states(records.meta).to_parquet(p, index=False))
+    else:
+        (outdir / "replicas.parquet").unlink(missing_ok=True)
     if "timeline_file" in records.meta:  # streamed there by the run (sim.timeline_file)
-        return [paths[0], Path(records.meta["timeline_file"])]
+        return [paths[0], Path(records.meta["timeline_file"]), *paths[2:]]
     if "step_totals" in records.meta:
         paths[1].unlink(missing_ok=True)
-        return paths[:1]
+        return [paths[0], *paths[2:]]
     tl = records.timeline.copy(deep=False)  # only the two coded columns are replaced
     tl["bound"] = pd.Categorical.from_codes(tl["bound"].astype(int), categories=list(BOUNDS))
     if "kind" in tl:
@@ -74,7 +80,8 @@ def write_summary(summary: dict, outdir: Path, outputs: list[Path],
     return path
 
 
-RUN_FILES = ("requests.parquet", "timeline.parquet", "jobs.parquet", "nodes.parquet",
+RUN_FILES = ("requests.parquet", "timeline.parquet", "replicas.parquet", "jobs.parquet",
+             "nodes.parquet",
              FAILED_JSON, "report.md")  # what a run may leave besides the files it lists
 
 
@@ -194,6 +201,13 @@ def format_summary(s: dict) -> str:
         rows.append(("Prefix-cache hit rate", hit))
     if s.get("num_replicas", 1) > 1:
         rows.append(("Replicas", s["num_replicas"]))
+    if "gpu_hours" in s:  # autoscaled
+        rows += [("Autoscaler", s["autoscaler_policy"]),
+                 ("Mean / peak replicas", f"{s['mean_replicas']:.2f} / {s['peak_replicas']}"),
+                 ("Scale-ups / drains", f"{s['scale_ups']} / {s['drains']}"),
+                 ("Scale-up delay (s)", s["scale_up_delay_s"]),
+                 ("GPU-hours", s["gpu_hours"]), ("Cost (USD)", s["cost"]),
+                 ("Arrived while scaling up", s["arrived_while_scaling_up"])]
     if "mean_kv_transfer_ms" in s:
         rows.append(("Mean KV transfer (ms)", s["mean_kv_transfer_ms"]))
     if s.get("num_failures"):

@@ -72,6 +72,7 @@ def why_not_compiled(cfg, run) -> str:
         (len(pool.replicas) > 1 and c.router not in ROUTERS,
          f"router {c.router} (compiled: {', '.join(ROUTERS)})"),
         (c.failure.mtbf_s is not None or bool(cluster.speeds), "faults"),
+        (cluster.autoscaler is not None, "cluster.autoscaler"),
         (cluster.checker is not None, "check_invariants"),
         (run.itl._samples is not None, "keep_itl_samples"),
     ]

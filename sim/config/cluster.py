@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from sim.config.autoscaler import AutoscalerConfig, check_autoscaler
 from sim.config.common import positive
 from sim.config.diffusion_cluster import (
     DiffusionBatchingConfig,
@@ -82,6 +83,8 @@ class ClusterConfig:
     failure: FailureConfig = field(default_factory=FailureConfig)
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
     link_degradation: LinkDegradationConfig = field(default_factory=LinkDegradationConfig)
+    # replicas added and removed as the run goes (sim.engine.autoscaler; policy none: fixed)
+    autoscaler: AutoscalerConfig = field(default_factory=AutoscalerConfig)
     # ---- prefill/decode disaggregation (cluster=disagg); then `replicas` is not used
     disaggregated: bool = False
     prefill_replicas: int = 0
@@ -129,6 +132,8 @@ def check_cluster(c: ClusterConfig) -> None:
     if c.disaggregated:
         _check_disaggregation(c)
     check_faults(c)  # after the replica counts, which straggler ids are checked against
+    if getattr(c, "autoscaler", None) is not None:
+        check_autoscaler(c)
 
 
 def _check_disaggregation(c: ClusterConfig) -> None:

@@ -45,7 +45,9 @@ from sim.builders import (
     pool_tp_field,
 )
 from sim.config import check_cluster
+from sim.config.autoscaler import autoscaled
 from sim.config.backend import overlaps
+from sim.engine.autoscaler import Autoscaler
 from sim.engine.disagg import Disaggregation
 from sim.engine.faults import link_schedule, stragglers
 from sim.engine.frontend import FrontendServer
@@ -143,7 +145,11 @@ class Cluster:
         else:
             self.prefill_table = None
             self.disagg = None
-            self._pool("mixed", c.replicas, None, table, itl)
+            self._pool("mixed", c.autoscaler.max_replicas if autoscaled(c) else c.replicas,
+                        None, table, itl)
+        self.autoscaler = Autoscaler(self, self.pools[0], c.autoscaler,
+                                     c.tensor_parallel_size * c.pipeline_parallel_size) \
+            if autoscaled(c) else None
         self.refusal = self._refusals()
         for line in ignored_settings(self.cfg):  # the config is valid by now
             log.warning(line)
@@ -193,7 +199,8 @@ class Cluster:
                 overlap=overlaps(self.cfg.backend, c.pipeline_parallel_size),
                 speed=self.speeds.get(first + r), check=self.checker,
                 timeline=self.keep_timeline, frontend=frontend,
-                steps=self._steps_of(first + r)))
+                steps=self._steps_of(first + r),
+                up=not autoscaled(c) or r < c.replicas))  # an autoscaler's spares start off
         meta = pool.parts[0].meta
         kv_tokens = (meta["num_gpu_blocks"] - 1) * meta["block_size"]
         pool.view = PoolView([p.scheduler for p in pool.parts], table, self.hash_ids, kv_tokens,

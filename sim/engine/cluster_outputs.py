@@ -68,6 +68,8 @@ def run_meta(cluster: Cluster, sim_time_s: float) -> dict:
     meta["frontend"] = cluster.frontend_costs.as_dict()
     if cluster.checker is not None:
         meta["invariant_checks"] = cluster.checker.counts()
+    if cluster.autoscaler is not None:
+        meta["autoscaler"] = cluster.autoscaler.meta(sim_time_s)
     if cluster.disagg is not None:
         meta["pools"] = {p.name: dict(p.parts[0].meta) for p in cluster.pools}
     return meta

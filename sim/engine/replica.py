@@ -68,7 +68,7 @@ class Replica:
                  fast_forward: bool = True, gid: int = 0, speed: SpeedSchedule | None = None,
                  check: InvariantChecker | None = None, timeline: bool = True,
                  frontend: FrontendServer | None = None, steps=None,
-                 overlap: bool = False) -> None:
+                 overlap: bool = False, up: bool = True) -> None:
         """``gid``: its run-wide replica id; ``speed``: its straggler episodes (None: never
         slow); ``check``: the run's invariant checker (None: ``check_invariants`` is off);
         ``timeline``: keep one row per step (else only ``StepTotals``); ``steps``: where its
@@ -77,7 +77,8 @@ class Replica:
         decode window, when something else needs the server: ``_stream_window``).
         ``overlap``: the engine schedules each step while the one
         before it runs (``sim.config.backend.overlaps``), so a request that reaches it while
-        a step runs waits for the step after next (``accept``)."""
+        a step runs waits for the step after next (``accept``). ``up`` false: built off (an
+        autoscaled pool's spare), serving nothing until ``restart``."""
         self.env, self.scheduler, self.cost_model = env, scheduler, cost_model
         self.gid, self.speed, self.check = gid, speed, check
         self.on_complete = on_complete
@@ -103,7 +104,7 @@ class Replica:
             ColumnBuffer(TIMELINE_COLUMNS) if timeline else StepTotals())
         self._wakeup: simpy.Event | None = None
         self._repaired: simpy.Event | None = None
-        self.up = True
+        self.up = up
         self.process = env.process(self._run())
 
     def submit(self, rid: int) -> None:
@@ -252,6 +253,9 @@ class Replica:
 
     def _run(self):
         env = self.env
+        if not self.up:  # built off: wait for the first start
+            self._repaired = env.event()
+            yield self._repaired
         record = self.steps.append
         sched = self.scheduler
         kv = sched.kv

@@ -57,6 +57,10 @@ def runs(tmp_path_factory, sim_cli):
         "trace": ["plots=false", "workload=trace", "workload.trace_path=small_trace.csv"],
         "diurnal": ["plots=false", "workload=diurnal", "workload.rate_profile.hour_s=2",
                     "workload.rate=4"],
+        "autoscaled": ["workload=diurnal", "workload.rate_profile.hour_s=10", "workload.rate=30",
+                       "cluster=autoscaled", "cluster.autoscaler.interval_s=2",
+                       "cluster.autoscaler.provision_s=5", "cluster.autoscaler.engine_start_s=0",
+                       "cluster.autoscaler.scale_down_stabilization_s=20"],
         "llama70b_tp4": [*SMALL, "model=llama3_70b", "cluster.tensor_parallel_size=4"],
         "a100": [*SMALL, "hardware=a100_80g_sxm"],
         "constant": [*SMALL, "cost_model=constant", "cost_model.step_time_ms=5"],
@@ -246,12 +250,27 @@ def test_a_day_of_traffic_is_reported_hour_by_hour(runs):
     counting the requests that arrived in it, and the run prints them as a table."""
     run = _ok(runs["diurnal"])
     s, req = _summary(run), _requests(run)
-    hourly = s["hourly"]
-    assert [h["hour"] for h in hourly] == list(range(24))
-    counts = np.bincount((req["arrival_s"] // 2).astype(int), minlength=24)
+    hourly = s["hourly"]  # the day's 24 hours and those the run went on after it
+    assert [h["hour"] for h in hourly] == list(range(len(hourly))) and len(hourly) >= 24
+    counts = np.bincount((req["arrival_s"] // 2).astype(int), minlength=len(hourly))
     assert [h["arrivals"] for h in hourly] == counts.tolist()
     assert sum(h["completed"] for h in hourly) == s["completed"]
     assert "Hour by hour (by arrival)" in run.stdout and "slo_attainment" in hourly[13]
+
+
+def test_an_autoscaled_day_writes_its_replicas_and_their_cost(runs):
+    """cluster=autoscaled over a compressed day: replicas.parquet holds every state change,
+    summary.json the GPU-hours and each hour's replicas, and the cost is GPU-hours × price."""
+    run = _ok(runs["autoscaled"])
+    s = _summary(run)
+    states = pd.read_parquet(run.outdir / "replicas.parquet")
+    assert "replicas.parquet" in s["outputs"]
+    assert list(states.columns) == ["time_s", "replica", "state"] and len(states) >= 8
+    assert s["scale_ups"] >= 1 and s["peak_replicas"] > 1
+    assert s["cost"] == pytest.approx(s["gpu_hours"] * 3.0)
+    assert sum(h["gpu_hours"] for h in s["hourly"]) == pytest.approx(s["gpu_hours"], rel=1e-6)
+    assert "Autoscaler" in run.stdout and "ready_replicas" in run.stdout
+    assert (run.outdir / "day.png").read_bytes()[:8] == PNG_MAGIC and "day.png" in s["outputs"]
 
 
 def test_gamma_arrivals_differ_from_poisson(runs):

@@ -43,6 +43,12 @@ def test_shipped_options_set_nothing_they_do_not_read(compose_cfg, option):
     (["workload=trace", "workload.num_requests=50"], "workload.num_requests=50 is ignored"),
     (["workload.time_scale=0.5"], "workload.time_scale=0.5 is ignored"),
     (["workload.peak_rate=3"], "workload.peak_rate=3.0 is ignored"),
+    (["cluster.autoscaler.max_replicas=4"], "cluster.autoscaler.max_replicas=4 is ignored: "
+                                            "cluster.autoscaler.policy=none"),
+    (["cluster.autoscaler.policy=queue", "cluster.autoscaler.slo_ttft_ms=300"],
+     "cluster.autoscaler.slo_ttft_ms=300.0 is ignored"),
+    (["cluster.autoscaler.policy=slo", "cluster.autoscaler.slo_ttft_ms=300",
+      "cluster.autoscaler.target=3"], "cluster.autoscaler.target=3.0 is ignored"),
     (["workload=diurnal", "workload.num_requests=50"],
      "workload.num_requests=50 is ignored: workload.rate_profile decides"),
     (["cluster.prefill_replicas=3"], "cluster.prefill_replicas=3 is ignored: the cluster is "

@@ -1,0 +1,208 @@
+"""The autoscaler in the loop (``sim.engine.autoscaler``): its policies' decisions without
+SimPy, the scale-up delay by hand, and runs in which replicas start and drain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.autoscaling import autoscaler_metrics, hourly_replicas, peak_billed
+from scenarios import requests_for_seed
+from sim import simulate
+from sim.config.autoscaler import AutoscalerConfig
+from sim.engine.autoscaler import (
+    DRAINING,
+    OFF,
+    READY,
+    STARTING,
+    Stabilizer,
+    recommend,
+    scale_up_delay_s,
+    state_seconds,
+    while_starting,
+)
+from sim.errors import ConfigError
+
+
+@pytest.mark.parametrize("policy, ready, total, observed, waiting, expected", [
+    ("queue", 2, 12.0, (), 0, 3),  # 6 waiting per replica against 4: ceil(12 / 4)
+    ("queue", 2, 8.4, (), 0, 2),  # mean 4.2: within 10% of 4, no change
+    ("queue", 4, 0.0, (), 0, 0),  # idle: as few as allowed (the bounds apply after)
+    ("running", 3, 30.0, (), 0, 8),  # ceil(30 / 4)
+    ("slo", 2, 0.0, [(0.9, 0.5)], 0, 3),  # a quantile over its bound: one more
+    ("slo", 2, 0.0, [(0.2, 0.5), (0.02, 0.05)], 0, 1),  # all below half: one fewer
+    ("slo", 2, 0.0, [(0.2, 0.5)], 3, 2),  # ... unless requests wait
+    ("slo", 2, 0.0, [(0.3, 0.5)], 0, 2),  # between: hold
+    ("slo", 2, 0.0, [], 0, 1),  # nothing completed and nothing waits: idle
+    ("slo", 2, 0.0, [], 5, 3),  # nothing completed and requests wait: stuck
+])
+def test_each_policy_recommends_as_its_rule(policy, ready, total, observed, waiting,
+                                            expected):
+    assert recommend(policy, ready, total, 4.0, 0.1, observed, waiting, 0.5) == expected
+
+
+def test_the_kv_usage_policy_is_hpa_on_the_mean_usage():
+    # three replicas at 0.9, 0.8, 0.7 KV usage against a target of 0.6: ceil(2.4 / 0.6)
+    assert recommend("kv_usage", 3, 2.4, 0.6, 0.1) == 4
+
+
+def test_stabilization_grows_on_the_lowest_and_shrinks_on_the_highest_recommendation():
+    s = Stabilizer(up_s=30.0, down_s=60.0)
+    assert s(0.0, 5, 2) == 5  # up: the lowest of the last 30 s is this one
+    assert s(15.0, 2, 5) == 5  # down: the highest of the last 60 s is 5
+    assert s(45.0, 3, 5) == 5
+    assert s(75.0, 3, 5) == 3  # 5 was 75 s ago: the highest of the window is now 3
+    s = Stabilizer(up_s=30.0, down_s=0.0)
+    assert s(0.0, 2, 2) == 2
+    assert s(10.0, 6, 2) == 2  # a recommendation of 2 in the last 30 s holds the count
+    assert s(40.0, 6, 2) == 6
+
+
+def test_the_scale_up_delay_adds_its_parts():
+    a = AutoscalerConfig(provision_s=60.0, storage_bandwidth=2e9, engine_start_s=30.0)
+    assert scale_up_delay_s(a, 16e9) == pytest.approx(60.0 + 8.0 + 30.0)
+
+
+def test_state_seconds_and_ramps_read_the_state_log():
+    log = np.array([[0, 0, READY], [0, 1, OFF], [10, 1, STARTING], [30, 1, READY],
+                    [50, 1, DRAINING], [55, 1, OFF]], float)
+    assert state_seconds(log, (STARTING, READY, DRAINING), 0, 100) == 100 + 45
+    assert state_seconds(log, (READY,), 20, 40) == 20 + 10
+    assert while_starting(log, np.array([5.0, 10.0, 29.9, 30.0])).tolist() == \
+        [False, True, True, False]
+    assert peak_billed(log) == 2
+
+
+BURST = ("cost_model=constant", "cost_model.step_time_ms=10", "scheduler.max_num_seqs=4",
+         "workload.input_tokens=50", "workload.output_tokens=20", "slo=none",
+         "cluster.autoscaler.interval_s=5", "cluster.autoscaler.provision_s=10",
+         "cluster.autoscaler.engine_start_s=0", "cluster.autoscaler.storage_bandwidth=1e15",
+         "cluster.autoscaler.scale_down_stabilization_s=20", "cluster.autoscaler.target=2",
+         "cluster.router=least_outstanding")
+# 5 req/s, 60 req/s from 60 s to 120 s, 5 req/s to 240 s: one replica takes about 19
+PROFILE = ("workload.rate=1", "workload.rate_profile.points=[{time_s: 0, multiplier: 5}, "
+           "{time_s: 240, multiplier: 5}]",
+           "workload.rate_profile.flash_crowds=[{start_s: 60, duration_s: 60, factor: 12}]")
+
+
+@pytest.fixture(scope="module")
+def burst_run():
+    from hydra import compose, initialize_config_module
+    with initialize_config_module("conf", version_base=None):
+        cfg = compose("config", overrides=[*BURST, *PROFILE, "cluster.replicas=1",
+                                           "cluster.autoscaler.policy=queue",
+                                           "cluster.autoscaler.max_replicas=6",
+                                           "check_invariants=true"])
+    requests = requests_for_seed(cfg.workload, 0)
+    return cfg, simulate(cfg, requests)
+
+
+def test_a_flash_crowd_starts_replicas_that_serve_after_the_delay_and_drain_after(burst_run):
+    """The crowd starts replicas; each is ready exactly the delay (10 s) after its start
+    and first serves a request after that; after the crowd they drain and stop; every
+    request completes (none lost in a drain) and no request reaches a replica off, starting
+    or draining (the invariant checker ran every step)."""
+    cfg, rec = burst_run
+    a = rec.meta["autoscaler"]
+    log = pd.DataFrame(a["log"], columns=["time_s", "replica", "state"])
+    delay = a["scale_up_delay_s"]  # 10 s provisioning, 16 GB at 1e15 B/s
+    assert delay == pytest.approx(10.0 + 14.96 * 2**30 / 1e15, rel=1e-4)
+    starts = log[(log["state"] == STARTING) & (log["time_s"] > 0)]
+    assert len(starts) >= 2 and (starts["time_s"] >= 60).all()
+    req = rec.requests
+    assert (req["status"] == "completed").all()
+    for _, s in starts.iterrows():
+        later = log[(log["replica"] == s["replica"]) & (log["time_s"] > s["time_s"])]
+        ready = later.iloc[0]
+        if ready["state"] != READY:  # cancelled before it was ready
+            assert ready["state"] == OFF
+            continue
+        assert ready["time_s"] == pytest.approx(s["time_s"] + delay)
+        served = req[req["replica"] == s["replica"]]["first_scheduled_s"]
+        assert (served[served > s["time_s"]] >= ready["time_s"]).all()
+    drains = log[log["state"] == DRAINING]
+    assert len(drains) >= 1
+    for _, d in drains.iterrows():  # nothing is routed to a draining replica
+        mine = req[req["replica"] == d["replica"]]
+        after = log[(log["replica"] == d["replica"]) & (log["time_s"] > d["time_s"])]
+        until = after["time_s"].iloc[0] if len(after) else np.inf
+        assert not ((mine["arrival_s"] > d["time_s"]) & (mine["arrival_s"] < until)).any()
+        # it stops only once its last request ended
+        if len(after) and after["state"].iloc[0] == OFF:
+            held = mine[mine["arrival_s"] <= d["time_s"]]
+            assert (held["completion_s"] <= until + 1e-9).all()
+    assert log.groupby("replica")["state"].last().eq(READY).sum() >= 1
+
+
+def test_gpu_hours_follow_the_replicas_billed(burst_run):
+    cfg, rec = burst_run
+    m = autoscaler_metrics(rec.requests, rec.meta)
+    log, end = rec.meta["autoscaler"]["log"], rec.meta["sim_time_s"]
+    billed = state_seconds(log, (STARTING, READY, DRAINING), 0, end)
+    assert m["gpu_hours"] == pytest.approx(billed / 3600)
+    assert m["cost"] == pytest.approx(billed / 3600 * 3.0)
+    assert 1 < m["mean_replicas"] < m["peak_replicas"] <= 6
+    rows = hourly_replicas(rec.meta, rec.requests, 60.0, 4)  # "hours" of 60 s
+    assert sum(r["gpu_hours"] for r in rows) == pytest.approx(m["gpu_hours"])
+    assert rows[0]["replicas"] == 1 and rows[1]["replicas"] > 2  # the crowd's hour
+
+
+def test_an_autoscaler_held_at_a_fixed_count_changes_nothing(compose_cfg):
+    """min = max = 2: the same records as two replicas without an autoscaler (its
+    evaluations add events, not order)."""
+    over = (*BURST, *PROFILE, "cluster.replicas=2")
+    fixed = compose_cfg(*over, "engine=python")
+    held = compose_cfg(*over, "cluster.autoscaler.policy=queue",
+                       "cluster.autoscaler.min_replicas=2", "cluster.autoscaler.max_replicas=2")
+    req = requests_for_seed(fixed.workload, 0)
+    a, b = simulate(fixed, req), simulate(held, req)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert b.meta["engine"] == "python (cluster.autoscaler)"
+
+
+@pytest.mark.parametrize("over, field", [
+    (["cluster.autoscaler.policy=hpa"], "cluster.autoscaler.policy"),
+    (["cluster.autoscaler.policy=queue", "cluster.autoscaler.min_replicas=0"],
+     "cluster.autoscaler.min_replicas"),
+    (["cluster.autoscaler.policy=queue", "cluster.autoscaler.max_replicas=2",
+      "cluster.replicas=3"], "cluster.replicas"),
+    (["cluster.autoscaler.policy=queue", "cluster=disagg"], "cluster.autoscaler.policy"),
+    (["cluster.autoscaler.policy=queue", "cluster.failure.mtbf_s=100"],
+     "cluster.autoscaler.policy"),
+    (["cluster.autoscaler.policy=kv_usage", "cluster.autoscaler.target=2"],
+     "cluster.autoscaler.target"),
+    (["cluster.autoscaler.policy=slo"], "cluster.autoscaler.slo_ttft_ms"),
+    (["cluster.autoscaler.policy=slo", "cluster.autoscaler.slo_ttft_ms=500",
+      "cluster.autoscaler.slo_quantile=1"], "cluster.autoscaler.slo_quantile"),
+    (["cluster.autoscaler.policy=queue", "cluster.autoscaler.interval_s=0"],
+     "cluster.autoscaler.interval_s"),
+])
+def test_a_bad_autoscaler_is_one_error_naming_its_field(compose_cfg, over, field):
+    cfg = compose_cfg(*over, "workload.num_requests=5")
+    with pytest.raises(ConfigError) as e:
+        simulate(cfg, requests_for_seed(cfg.workload, 0))
+    assert e.value.field == field
+
+
+def test_a_drained_replica_finishes_what_it_holds_then_stops(compose_cfg):
+    """Two replicas each running a few 300-token requests; the running-requests policy
+    (target 10) wants one: at the first evaluation (5 s) one drains, takes no more
+    requests, and stops at the instant its last request completes, not before."""
+    cfg = compose_cfg(*BURST, "workload.output_tokens=300", "workload.rate=2",
+                      "workload.num_requests=60", "cluster.replicas=2",
+                      "cluster.autoscaler.policy=running", "cluster.autoscaler.target=10",
+                      "cluster.autoscaler.scale_down_stabilization_s=0")
+    rec = simulate(cfg, requests_for_seed(cfg.workload, 0))
+    log = pd.DataFrame(rec.meta["autoscaler"]["log"], columns=["time_s", "replica", "state"])
+    drain = log[log["state"] == DRAINING].iloc[0]
+    r, t0 = int(drain["replica"]), drain["time_s"]
+    assert t0 == 5.0
+    off = log[(log["replica"] == r) & (log["time_s"] > t0 - 1e-9) & (log["state"] == OFF)]
+    req = rec.requests
+    mine = req[req["replica"] == r]
+    held = mine[mine["arrival_s"] <= t0]
+    assert len(held) >= 2 and (req["status"] == "completed").all()
+    assert not (mine["arrival_s"] > t0).any()  # nothing routed to it after
+    assert off["time_s"].iloc[0] == pytest.approx(held["completion_s"].max())
+    assert held["completion_s"].min() > t0  # it was holding requests when it drained
