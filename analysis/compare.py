@@ -140,6 +140,11 @@ def job_settings(job_dir: Path) -> tuple[float, int, Any]:
         slo = cfg.get("slo")
         if slo is not None:
             check_slo(slo)
+        scaler = cfg.cluster.get("autoscaler")
+        if scaler is not None and scaler.get("policy", "none") != "none":
+            raise ConfigError("config.yaml", str(path), "a run on a fixed replica count (an "
+                              "autoscaled run's GPUs move with its load: compare the "
+                              "gpu_hours and cost of its summary.json instead)")
         return rate, gpus_of(cfg), slo
 
 

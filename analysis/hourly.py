@@ -13,9 +13,11 @@ from analysis.config import slo_is_set
 from analysis.metrics import meets_slo, per_request_latencies
 
 
-def hourly_metrics(requests: pd.DataFrame, hour_s: float, hours: int, slo=None) -> list[dict]:
+def hourly_metrics(requests: pd.DataFrame, hour_s: float, hours: int, slo=None,
+                   span_s: float = math.inf) -> list[dict]:
     """One dict per hour ``0 .. hours − 1`` of ``hour_s`` seconds, the requests counted in
-    the hour they arrived: ``arrivals``, ``offered_rate`` (req/s), ``completed``,
+    the hour they arrived: ``arrivals``, ``offered_rate`` (req/s over the part of the hour
+    inside the traffic's ``span_s``; 0 after it), ``completed``,
     ``rejected``, mean and p99 TTFT, p99 TPOT (ms; NaN without a completion) and, with an
     SLO, ``slo_attainment`` (requests meeting it over those that arrived and ended)."""
     hour = np.floor(requests["arrival_s"].to_numpy() / hour_s).astype(np.int64)
@@ -29,8 +31,9 @@ def hourly_metrics(requests: pd.DataFrame, hour_s: float, hours: int, slo=None) 
         ttft, tpot = lat["ttft_ms"].to_numpy()[mine], lat["tpot_ms"].to_numpy()[mine]
         tpot = tpot[np.isfinite(tpot)]
         in_hour = hour == h
+        offered_s = min((h + 1) * hour_s, span_s) - h * hour_s
         row = {"hour": h, "arrivals": int(in_hour.sum()),
-               "offered_rate": float(in_hour.sum()) / hour_s,
+               "offered_rate": float(in_hour.sum()) / offered_s if offered_s > 0 else 0.0,
                "completed": int(mine.sum()),
                "rejected": int((in_hour & (status == "rejected")).sum()),
                "mean_ttft_ms": float(ttft.mean()) if len(ttft) else math.nan,

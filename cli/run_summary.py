@@ -48,7 +48,7 @@ def summarize_run(cfg: DictConfig, records, job_records) -> dict:
             # and the hours the run went on after the profile's span, draining
             hours = math.ceil(max(span, meta["sim_time_s"]) / float(p.hour_s))
             summary["hourly"] = hourly_metrics(records.requests, float(p.hour_s), hours,
-                                               cfg.slo)
+                                               cfg.slo, span)
             if "autoscaler" in records.meta:
                 for row, more in zip(summary["hourly"], hourly_replicas(
                         records.meta, records.requests, float(p.hour_s), hours), strict=True):

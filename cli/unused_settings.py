@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 
 from scenarios.config import LengthConfig, WorkloadConfig
-from scenarios.rate_profile import has_profile
 from sim.config import ClusterConfig, LinkDegradationConfig, SchedulerConfig, StragglerConfig
 from sim.config.autoscaler import AutoscalerConfig
 from sim.config.diffusion_cluster import (
@@ -86,9 +85,6 @@ def unused_settings(cfg) -> list[str]:
             out.append(f"workload.{name}={getattr(w, name)} is ignored: "
                        f"workload.arrival={w.arrival} does not read it (only "
                        f"{', '.join(arrivals)} arrivals do)")
-    if has_profile(w) and _changed(w, WorkloadConfig, ["num_requests"]):
-        out.append(f"workload.num_requests={w.num_requests} is ignored: "
-                   "workload.rate_profile decides how many requests arrive (those of its span)")
     if getattr(w, "random", None) is not None and w.arrival != "trace":
         for length in ("input", "output"):
             for p in _block_changed(getattr(w, length), LengthConfig, f"workload.{length}"):
@@ -139,7 +135,7 @@ def _cluster_unused(cfg) -> list[str]:
     if kind == "diffusion":
         llm = [f"cluster.{n}={getattr(c, n)}" for n in
                _changed(c, ClusterConfig, [*LLM_ONLY, *DISAGG_ONLY, *AGGREGATED_ONLY])]
-        for block, schema in LLM_FAULTS:
+        for block, schema in (*LLM_FAULTS, ("autoscaler", AutoscalerConfig)):
             llm += _block_changed(getattr(c, block), schema, f"cluster.{block}")
         out += [f"{p} is ignored: cluster=diffusion has no LLM replicas" for p in llm]
         if cfg.cost_model.name == "constant":

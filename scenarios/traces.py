@@ -201,6 +201,31 @@ def busiest_rate(arrivals: np.ndarray, window_s: float) -> float:
     return float(counts.max()) / window
 
 
+def retime_factor(arrivals: np.ndarray, window_s: float, peak: float) -> float | None:
+    """The factor ``f`` for which ``f × arrivals`` has its busiest ``window_s`` (of the new
+    clock) at ``peak`` req/s, or just below where its arrivals do not allow ``peak``
+    exactly: that rate does not grow with ``f``, so bisection (on ``log f``) finds the
+    least such ``f``. None when no ``f`` gets there: arrivals at one instant keep their
+    count in any window (``busiest`` ≥ that count / ``window_s``), and a trace whose every
+    row arrives at one instant has no rate to re-time."""
+    _, at_once = np.unique(arrivals, return_counts=True)
+    if len(at_once) == 1 or at_once.max() / window_s > peak:
+        return None
+
+    def rate(f: float) -> float:
+        return busiest_rate(arrivals * f, window_s)
+
+    lo = hi = busiest_rate(arrivals, window_s) / peak  # exact for a flat trace
+    while rate(lo) <= peak:
+        lo /= 2
+    while rate(hi) > peak:
+        hi *= 2
+    while hi > lo * (1 + 1e-9):
+        mid = float(np.sqrt(lo * hi))
+        lo, hi = (mid, hi) if rate(mid) > peak else (lo, mid)
+    return hi
+
+
 def _check_sorted(arrival: np.ndarray, labels: pd.Index, column: str, src: InputFile,
                   field: str) -> None:
     down = np.diff(arrival) < 0

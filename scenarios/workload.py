@@ -76,7 +76,7 @@ from scenarios.prefixes import add_shared_prefix, add_system_prompts
 from scenarios.rate_profile import RateProfile, has_profile
 from scenarios.sessions import session_rows
 from scenarios.sharegpt_dataset import sharegpt_lengths
-from scenarios.traces import MAX_TIME_S, busiest_rate, read_trace, window_trace
+from scenarios.traces import MAX_TIME_S, read_trace, retime_factor, window_trace
 
 COLUMNS = ("arrival_time_s", "input_tokens", "output_tokens", "client", "think_time_s")
 
@@ -103,11 +103,13 @@ def _trace_rows(w: Any) -> pd.DataFrame:
     n = len(trace)
     scale_field, scale = "workload.time_scale", w.time_scale
     if peak is not None:  # the trace's own rate curve, re-timed to the target peak
-        busiest = busiest_rate(trace["arrival_time_s"].to_numpy(), float(w.peak_window_s))
-        if busiest == 0:
-            raise WorkloadError("workload.peak_rate", peak, "null for this trace: its rows "
-                                "all arrive at one instant, so it has no rate to re-time")
-        trace["arrival_time_s"] *= busiest / float(peak)
+        f = retime_factor(trace["arrival_time_s"].to_numpy(), float(w.peak_window_s),
+                          float(peak))
+        if f is None:
+            raise WorkloadError("workload.peak_rate", peak, "a rate its busiest instant allows:"
+                                " rows arriving at one instant stay together in any window "
+                                "(raise it or workload.peak_window_s)")
+        trace["arrival_time_s"] *= f
         scale_field, scale = "workload.peak_rate", peak
     last = float(trace["arrival_time_s"].iloc[-1])
     if last > MAX_TIME_S:

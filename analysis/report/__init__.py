@@ -199,7 +199,7 @@ def format_summary(s: dict) -> str:
     hit = s.get("prefix_cache_hit_rate")
     if hit is not None and not math.isnan(hit):
         rows.append(("Prefix-cache hit rate", hit))
-    if s.get("num_replicas", 1) > 1:
+    if s.get("num_replicas", 1) > 1 and "gpu_hours" not in s:  # autoscaled: rows below
         rows.append(("Replicas", s["num_replicas"]))
     if "gpu_hours" in s:  # autoscaled
         rows += [("Autoscaler", s["autoscaler_policy"]),

@@ -38,7 +38,7 @@ class AutoscalerConfig:
     scale_up_stabilization_s: float = 0.0  # HPA's defaults: grow at once ...
     scale_down_stabilization_s: float = 300.0  # ... shrink on the highest of 5 minutes
     # slo: the bounds (ms; null: not watched), the quantile observed over the last window
-    # (TTFT of the requests whose first token came, TPOT of those that completed in it)
+    # (TTFT and TPOT of the requests that completed in it)
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     slo_quantile: float = 0.9

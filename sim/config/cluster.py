@@ -112,6 +112,15 @@ class ClusterConfig:
     job_cost: DiffusionJobCostConfig = field(default_factory=DiffusionJobCostConfig)
 
 
+def pool_size(c: ClusterConfig) -> int:
+    """Replicas the cluster builds: both pools of a disaggregated one, an autoscaler's
+    ``max_replicas`` (some start off), else ``replicas``."""
+    if c.disaggregated:
+        return c.prefill_replicas + c.decode_replicas
+    a = getattr(c, "autoscaler", None)
+    return a.max_replicas if a is not None and a.policy != "none" else c.replicas
+
+
 def check_cluster(c: ClusterConfig) -> None:
     """Replica counts, router and its options, failures and the disaggregation link in range
     (one replica's parallel layout is checked by ``check_parallelism``)."""
@@ -169,7 +178,7 @@ def check_faults(c: ClusterConfig) -> None:
               "must be a finite number >= 1 (how many times slower a straggler steps)")
     if not 0.0 <= s.fraction <= 1.0:
         raise ConfigError("cluster.straggler.fraction", s.fraction, "must be in [0, 1]")
-    n = c.prefill_replicas + c.decode_replicas if c.disaggregated else c.replicas
+    n = pool_size(c)
     bad = [r for r in s.replicas or () if not 0 <= r < n]
     if bad or len(set(s.replicas or ())) != len(s.replicas or ()):
         raise ConfigError("cluster.straggler.replicas", list(s.replicas),

@@ -2,7 +2,7 @@
 
 The pool is built with ``max_replicas`` replicas; ``cluster.replicas`` of them are ready at
 the start and the rest are off. Every ``interval_s`` the autoscaler recommends a count
-(``recommend``: an HPA utilisation rule on an engine metric, or the SLO rule), stabilises it
+(``hpa_recommendation`` on an engine metric, or ``slo_recommendation``), stabilises it
 (``Stabilizer``, as Kubernetes' HPA behaviour) and acts on the difference:
 
 - up: an off replica starts; it is billed from then and takes requests only once ready,
@@ -15,8 +15,9 @@ the start and the rest are off. Every ``interval_s`` the autoscaler recommends a
 
 Each state change is logged (``log``: time, replica, state), from which ``meta`` derives the
 GPU-hours and the cost. The autoscaler reads the replicas as a metrics scraper would (the
-scheduler's queues and KV usage at the instant of the evaluation), and the latencies of the
-requests completed in the last ``slo_window_s``.
+scheduler's queues and KV usage at the instant of the evaluation), and the latencies (TTFT,
+TPOT) of the requests completed in the last ``slo_window_s``. Kubernetes' default rate
+limits on scaling (at most 4 pods or 100% more per 15 s up) are not modelled.
 """
 
 from __future__ import annotations
@@ -27,36 +28,44 @@ from collections import deque
 import numpy as np
 
 from sim.config.autoscaler import AutoscalerConfig
+from sim.kv.budget import GIB
 
-GIB = 1 << 30
 OFF, STARTING, READY, DRAINING = range(4)
 STATES = ("off", "starting", "ready", "draining")
 BILLED = (STARTING, READY, DRAINING)
 
 
-def recommend(policy: str, ready: int, total: float, target: float, tolerance: float,
-              observed: list[tuple[float, float]] = (), waiting: int = 0,
-              scale_down_below: float = 0.5) -> int:
-    """The replica count a policy asks for, before stabilisation and bounds.
+def hpa_recommendation(ready: int, current: int, total: float, target: float,
+                       tolerance: float) -> int:
+    """Kubernetes HPA's count (``replica_calculator``'s plain-metric rule) on a per-replica
+    metric summed to ``total`` over the ``ready`` replicas of ``current`` (ready and
+    starting). Usage ``u = total / ready / target``: ``current`` while ``|u − 1|`` is within
+    ``tolerance``, else ``ceil(total / target)``. When it would grow while replicas are
+    starting, those count at zero load: ``u' = total / current / target``; ``current``
+    while ``u'`` is within tolerance or below 1, else ``ceil(total / target)``."""
+    usage = total / ready / target if ready else 0.0
+    if not (current > ready and usage > 1.0):
+        return current if abs(usage - 1.0) <= tolerance else math.ceil(total / target - 1e-9)
+    with_starting = total / current / target
+    if with_starting < 1.0 + tolerance:
+        return current
+    return max(current, math.ceil(total / target - 1e-9))
 
-    Utilisation policies (``queue``, ``running``, ``kv_usage``; ``total``: the metric summed
-    over the ``ready`` replicas): Kubernetes HPA's ``ceil(ready × mean / target)`` =
-    ``ceil(total / target)``, or ``ready`` while ``mean / target`` is within ``tolerance``
-    of 1. ``slo`` (``observed``: (quantile, bound) pairs): one more replica when a quantile
-    breaks its bound, one fewer when every one is below ``scale_down_below`` × its bound and
-    nothing waits; with nothing observed, one fewer if nothing waits, else one more.
-    """
-    if policy == "slo":
-        if not observed:
-            return ready - 1 if waiting == 0 else ready + 1
-        if any(q > b for q, b in observed):
-            return ready + 1
-        if waiting == 0 and all(q < scale_down_below * b for q, b in observed):
-            return ready - 1
-        return ready
-    if ready and abs(total / ready / target - 1.0) <= tolerance:
-        return ready
-    return math.ceil(total / target - 1e-9)
+
+def slo_recommendation(ready: int, observed: list[tuple[float, float]], waiting: int,
+                       scale_down_below: float) -> int:
+    """The ``slo`` policy's count (``observed``: (quantile, bound) pairs of the last
+    window): one more than ``ready`` when a quantile breaks its bound (a replica still
+    starting is that one more), one fewer when every one is below ``scale_down_below`` × its
+    bound and nothing waits; with nothing observed, one fewer if nothing waits, else one
+    more."""
+    if not observed:
+        return ready - 1 if waiting == 0 else ready + 1
+    if any(q > b for q, b in observed):
+        return ready + 1
+    if waiting == 0 and all(q < scale_down_below * b for q, b in observed):
+        return ready - 1
+    return ready
 
 
 class Stabilizer:
@@ -69,15 +78,20 @@ class Stabilizer:
         self.history: deque[tuple[float, int]] = deque()
 
     def __call__(self, now: float, recommended: int, current: int) -> int:
-        """The count to scale to now, given this evaluation's recommendation."""
-        self.history.append((now, recommended))
+        """The count to scale to now, given this evaluation's recommendation (HPA keeps the
+        recommendations strictly inside a window, and this one)."""
         horizon = now - max(self.up_s, self.down_s)
-        while self.history[0][0] < horizon:
+        while self.history and self.history[0][0] <= horizon:
             self.history.popleft()
+        self.history.append((now, recommended))
+
+        def recent(window_s: float) -> list[int]:
+            return [r for t, r in self.history if t > now - window_s or t == now]
+
         if recommended > current:
-            return max(current, min(r for t, r in self.history if t >= now - self.up_s))
+            return max(current, min(recent(self.up_s)))
         if recommended < current:
-            return min(current, max(r for t, r in self.history if t >= now - self.down_s))
+            return min(current, max(recent(self.down_s)))
         return current
 
 
@@ -113,13 +127,12 @@ class Autoscaler:
     # ---- observing ----------------------------------------------------------------------
     def _finished(self, pool, r: int, ids: np.ndarray, now: float) -> None:
         self._finish(pool, r, ids, now)
-        if self.a.policy == "slo":
+        if self.a.policy == "slo":  # kept by when the engine reported them (in time order)
             t = pool.table
             for rid in ids:
-                end = float(t.completion[rid])
-                self._ttft.append((end, float(t.first_token[rid] - t.arrival[rid])))
+                self._ttft.append((now, float(t.first_token[rid] - t.arrival[rid])))
                 if t.generated[rid] > 1:
-                    self._tpot.append((end, float((t.completion[rid] - t.first_token[rid])
+                    self._tpot.append((now, float((t.completion[rid] - t.first_token[rid])
                                                   / (t.generated[rid] - 1))))
         if self.state[r] == DRAINING and pool.view.outstanding[r] == 0:
             # the replica's own step told us: it stops once that step has returned
@@ -151,15 +164,18 @@ class Autoscaler:
         a = self.a
         while True:
             yield self.env.timeout(a.interval_s)
+            if self.env.peek() == math.inf:  # nothing else will ever happen: a stalled run,
+                return  # which the event loop reports once this process stops ticking
             now = self.env.now
             ready = np.flatnonzero(self.state == READY)
             active = len(ready) + int((self.state == STARTING).sum())
-            waiting = 0 if a.policy != "slo" else sum(
-                len(self.pool.view.waiting_ids(int(r))) for r in ready)
-            want = recommend(a.policy, len(ready), self._metric(ready) if a.policy != "slo"
-                             else 0.0, a.target, a.tolerance,
-                             self._observed(now) if a.policy == "slo" else (),
-                             waiting, a.scale_down_below)
+            if a.policy == "slo":
+                waiting = sum(len(self.pool.view.waiting_ids(int(r))) for r in ready)
+                want = slo_recommendation(len(ready), self._observed(now), waiting,
+                                          a.scale_down_below)
+            else:
+                want = hpa_recommendation(len(ready), active, self._metric(ready), a.target,
+                                          a.tolerance)
             want = min(max(want, a.min_replicas), a.max_replicas)
             self._resize(self.stabilize(now, want, active), active)
 

@@ -47,6 +47,7 @@ from sim.builders import (
 from sim.config import check_cluster
 from sim.config.autoscaler import autoscaled
 from sim.config.backend import overlaps
+from sim.config.cluster import pool_size
 from sim.engine.autoscaler import Autoscaler
 from sim.engine.disagg import Disaggregation
 from sim.engine.faults import link_schedule, stragglers
@@ -118,8 +119,7 @@ class Cluster:
         self.failure_log: list[list] = []  # [replica, down_s, up_s]
         c = self.cfg.cluster
         check_cluster(c)
-        total = c.prefill_replicas + c.decode_replicas if c.disaggregated else c.replicas
-        self.speeds = stragglers(c.straggler, total, self.seed)
+        self.speeds = stragglers(c.straggler, pool_size(c), self.seed)
         self.link = link_schedule(c.link_degradation, self.seed) if c.disaggregated else None
         if c.link_degradation.mtbd_s is not None and not c.disaggregated:
             log.warning("cluster.link_degradation is ignored: the cluster is not "
@@ -145,8 +145,7 @@ class Cluster:
         else:
             self.prefill_table = None
             self.disagg = None
-            self._pool("mixed", c.autoscaler.max_replicas if autoscaled(c) else c.replicas,
-                        None, table, itl)
+            self._pool("mixed", pool_size(c), None, table, itl)
         self.autoscaler = Autoscaler(self, self.pools[0], c.autoscaler,
                                      c.tensor_parallel_size * c.pipeline_parallel_size) \
             if autoscaled(c) else None

@@ -61,7 +61,7 @@ def test_hourly_rows_count_each_request_in_the_hour_it_arrived():
     class SLO:
         ttft_ms, tpot_ms, e2el_ms = 200.0, None, None
 
-    rows = hourly_metrics(req, 1.0, 4, SLO())
+    rows = hourly_metrics(req, 1.0, 4, SLO(), span_s=3.5)
     assert [r["arrivals"] for r in rows] == [1, 2, 0, 1]
     assert [r["completed"] for r in rows] == [1, 1, 0, 1]
     assert rows[1]["rejected"] == 1 and rows[1]["offered_rate"] == 2.0
@@ -69,4 +69,5 @@ def test_hourly_rows_count_each_request_in_the_hour_it_arrived():
     assert rows[0]["slo_attainment"] == 1.0 and rows[1]["slo_attainment"] == 0.0
     assert np.isnan(rows[2]["slo_attainment"]) and np.isnan(rows[2]["mean_ttft_ms"])
     assert np.isnan(rows[3]["p99_tpot_ms"])  # one token: no TPOT
+    assert rows[3]["offered_rate"] == 2.0  # one arrival in the half hour of the span
     assert len(format_hourly(rows).splitlines()) == 6

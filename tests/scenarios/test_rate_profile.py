@@ -137,20 +137,25 @@ def test_busiest_rate_is_a_sliding_window_not_fixed_bins():
 
 
 def test_a_trace_is_re_timed_so_its_busiest_window_runs_at_the_peak_rate(tmp_path):
-    """A trace with a 10 s burst of 4 req/s inside 1 req/s: peak_rate=20 compresses time
-    by 5 (the burst then runs at 20 req/s over 2 s windows), keeping every row and order."""
+    """A trace with a 10 s burst of 4 req/s inside 1 req/s: peak_rate=2 stretches its
+    clock until its busiest 10 s window (of the new clock) runs at 2 req/s, and no less
+    stretch does; every row is kept, in order. A burst at one instant cannot be spread."""
     rng = np.random.default_rng(0)
     t = np.sort(np.concatenate([np.arange(0, 100, 1.0), 50 + rng.uniform(0, 10, 30)]))
     path = tmp_path / "trace.csv"
     path.write_text("arrival_time_s,input_tokens,output_tokens\n" +
                     "".join(f"{x},5,5\n" for x in t))
-    w = workload(arrival="trace", trace_path=str(path), peak_rate=20.0, peak_window_s=10.0)
+    w = workload(arrival="trace", trace_path=str(path), peak_rate=2.0, peak_window_s=10.0)
     out = build_requests(w, np.random.default_rng(0), np.random.default_rng(1))
-    scale = busiest_rate(t, 10.0) / 20.0
-    np.testing.assert_allclose(out["arrival_time_s"], (t - t[0]) * scale)
-    assert busiest_rate(out["arrival_time_s"].to_numpy(), 10.0 * scale) == pytest.approx(20.0)
+    new = out["arrival_time_s"].to_numpy()
+    f = new[-1] / (t[-1] - t[0])
+    np.testing.assert_allclose(new, (t - t[0]) * f)
+    assert busiest_rate(new, 10.0) <= 2.0 < busiest_rate(new * (1 - 1e-6), 10.0)
+    # a time scale read on the trace's own clock misses: its busiest 10 s is 4 req/s, but
+    # stretched 2x the busiest 10 s of the new clock holds more than 20 arrivals
+    assert busiest_rate((t - t[0]) * busiest_rate(t, 10.0) / 2.0, 10.0) > 2.0
     flat = tmp_path / "flat.csv"
     flat.write_text("arrival_time_s,input_tokens,output_tokens\n1,5,5\n1,5,5\n")
-    with pytest.raises(WorkloadError, match="workload.peak_rate=3.0: null for this trace"):
+    with pytest.raises(WorkloadError, match="workload.peak_rate=3.0: a rate its busiest"):
         build_requests(workload(arrival="trace", trace_path=str(flat), peak_rate=3.0),
                        np.random.default_rng(0), np.random.default_rng(1))

@@ -17,34 +17,46 @@ from sim.engine.autoscaler import (
     READY,
     STARTING,
     Stabilizer,
-    recommend,
+    hpa_recommendation,
     scale_up_delay_s,
+    slo_recommendation,
     state_seconds,
     while_starting,
 )
 from sim.errors import ConfigError
 
 
-@pytest.mark.parametrize("policy, ready, total, observed, waiting, expected", [
-    ("queue", 2, 12.0, (), 0, 3),  # 6 waiting per replica against 4: ceil(12 / 4)
-    ("queue", 2, 8.4, (), 0, 2),  # mean 4.2: within 10% of 4, no change
-    ("queue", 4, 0.0, (), 0, 0),  # idle: as few as allowed (the bounds apply after)
-    ("running", 3, 30.0, (), 0, 8),  # ceil(30 / 4)
-    ("slo", 2, 0.0, [(0.9, 0.5)], 0, 3),  # a quantile over its bound: one more
-    ("slo", 2, 0.0, [(0.2, 0.5), (0.02, 0.05)], 0, 1),  # all below half: one fewer
-    ("slo", 2, 0.0, [(0.2, 0.5)], 3, 2),  # ... unless requests wait
-    ("slo", 2, 0.0, [(0.3, 0.5)], 0, 2),  # between: hold
-    ("slo", 2, 0.0, [], 0, 1),  # nothing completed and nothing waits: idle
-    ("slo", 2, 0.0, [], 5, 3),  # nothing completed and requests wait: stuck
+@pytest.mark.parametrize("ready, current, total, expected", [
+    (2, 2, 12.0, 3),  # 6 per replica against 4: ceil(12 / 4)
+    (2, 2, 8.4, 2),  # mean 4.2: within 10% of 4, no change
+    (2, 3, 8.4, 3),  # ... the current count, a replica still starting included (as HPA)
+    (4, 4, 0.0, 0),  # idle: as few as allowed (the bounds apply after)
+    (3, 3, 30.0, 8),  # ceil(30 / 4)
+    (1, 3, 8.0, 3),  # 8 on one ready replica: growing, but two starting at zero load
+                     # bring the mean to 2.7 <= 4: wait for them (HPA's not-yet-ready rule)
+    (1, 2, 12.0, 3),  # 12 over 2 counted replicas is still 6 > 4.4: grow to ceil(12 / 4)
 ])
-def test_each_policy_recommends_as_its_rule(policy, ready, total, observed, waiting,
-                                            expected):
-    assert recommend(policy, ready, total, 4.0, 0.1, observed, waiting, 0.5) == expected
+def test_the_utilisation_policies_recommend_as_kubernetes_hpa(ready, current, total,
+                                                             expected):
+    assert hpa_recommendation(ready, current, total, 4.0, 0.1) == expected
 
 
 def test_the_kv_usage_policy_is_hpa_on_the_mean_usage():
     # three replicas at 0.9, 0.8, 0.7 KV usage against a target of 0.6: ceil(2.4 / 0.6)
-    assert recommend("kv_usage", 3, 2.4, 0.6, 0.1) == 4
+    assert hpa_recommendation(3, 3, 2.4, 0.6, 0.1) == 4
+
+
+@pytest.mark.parametrize("ready, observed, waiting, expected", [
+    (2, [(0.9, 0.5)], 0, 3),  # a quantile over its bound: one more
+    (2, [(0.2, 0.5), (0.02, 0.05)], 0, 1),  # all below half: one fewer
+    (2, [(0.2, 0.5)], 3, 2),  # ... unless requests wait
+    (2, [(0.3, 0.5)], 0, 2),  # between: hold
+    (2, [], 0, 1),  # nothing completed and nothing waits: idle
+    (2, [], 5, 3),  # nothing completed and requests wait: stuck
+])
+def test_the_slo_policy_steps_one_replica_on_the_observed_quantiles(ready, observed,
+                                                                    waiting, expected):
+    assert slo_recommendation(ready, observed, waiting, 0.5) == expected
 
 
 def test_stabilization_grows_on_the_lowest_and_shrinks_on_the_highest_recommendation():
@@ -56,7 +68,15 @@ def test_stabilization_grows_on_the_lowest_and_shrinks_on_the_highest_recommenda
     s = Stabilizer(up_s=30.0, down_s=0.0)
     assert s(0.0, 2, 2) == 2
     assert s(10.0, 6, 2) == 2  # a recommendation of 2 in the last 30 s holds the count
-    assert s(40.0, 6, 2) == 6
+    assert s(40.0, 6, 2) == 6  # 2 was 40 s ago; 6 at 10 s is exactly 30 s old: out
+
+
+def test_a_window_keeps_recommendations_strictly_inside_it_as_hpa():
+    """HPA keeps a recommendation while its time is after now − window: with the default
+    300 s down window and 15 s evaluations, a 5 at t = 0 no longer holds at t = 300."""
+    s = Stabilizer(up_s=0.0, down_s=300.0)
+    assert s(0.0, 5, 5) == 5
+    assert [s(t, 2, 5) for t in np.arange(15.0, 301.0, 15.0)][-2:] == [5, 2]
 
 
 def test_the_scale_up_delay_adds_its_parts():
@@ -206,3 +226,39 @@ def test_a_drained_replica_finishes_what_it_holds_then_stops(compose_cfg):
     assert not (mine["arrival_s"] > t0).any()  # nothing routed to it after
     assert off["time_s"].iloc[0] == pytest.approx(held["completion_s"].max())
     assert held["completion_s"].min() > t0  # it was holding requests when it drained
+
+
+def test_a_stalled_run_is_reported_not_ticked_through_forever(compose_cfg, monkeypatch):
+    """A request lost by a bug (here: routing drops request 3) stalls the run: with an
+    autoscaler, whose evaluations never run out, it must still end with the stall error."""
+    from sim.engine.cluster import Cluster
+    route = Cluster.route
+    monkeypatch.setattr(Cluster, "route", lambda self, pool, rid: None if rid == 3
+                        else route(self, pool, rid))
+    cfg = compose_cfg(*BURST, "workload.num_requests=20", "cluster.autoscaler.policy=queue",
+                      "cluster.autoscaler.max_replicas=2")
+    with pytest.raises(RuntimeError, match="simulation stalled with 1 unfinished"):
+        simulate(cfg, requests_for_seed(cfg.workload, 0))
+
+
+def test_an_autoscalers_spares_are_replicas_of_the_pool(compose_cfg):
+    """Replica ids run to max_replicas: a straggler may be a spare (it is slow once it
+    starts), and the config check accepts its id."""
+    cfg = compose_cfg(*BURST, *PROFILE, "cluster.replicas=1", "cluster.autoscaler.policy=queue",
+                      "cluster.autoscaler.max_replicas=6", "cluster.straggler.replicas=[5]")
+    rec = simulate(cfg, requests_for_seed(cfg.workload, 0))
+    assert (rec.requests["status"] == "completed").all()
+    assert rec.meta["num_replicas"] == 6
+
+
+def test_a_comparison_refuses_an_autoscaled_run(tmp_path):
+    """analysis.compare divides throughput by a fixed GPU count: an autoscaled run's
+    GPUs move with its load, so it is refused with one line naming its config."""
+    from analysis.compare import job_settings
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text(
+        "workload: {arrival: poisson, rate: 5.0}\nslo: null\n"
+        "cluster: {replicas: 1, tensor_parallel_size: 1, pipeline_parallel_size: 1,\n"
+        "          autoscaler: {policy: running}}\n")
+    with pytest.raises(ConfigError, match="a run on a fixed replica count"):
+        job_settings(tmp_path)
