@@ -5,8 +5,8 @@ autoscaled cluster (issue 21's target: a 24-hour day at a peak of 20 req/s in un
 
 Runs ``python -m sim workload=diurnal cluster=autoscaled`` plus ``--overrides`` in a fresh
 process into a temporary folder (every default output, plots included) and reports its wall
-time, peak resident memory (``RUSAGE_CHILDREN``), requests, engine, GPU-hours and the
-simulated requests per second of wall time. Results go to stdout and
+time, peak resident memory (``RUSAGE_CHILDREN``), requests, engine, GPU-hours, cost, the
+simulated requests per second of wall time and the day hour by hour. Results go to stdout and
 ``benchmarks/results/bench_day[_<tag>].json``. Not a test: timings depend on the machine.
 """
 
@@ -45,9 +45,12 @@ def main() -> int:
     result = {"command": "python -m sim " + " ".join(args[:-1]), "wall_s": wall,
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
               "requests": n, "requests_per_wall_s": n / wall, "engine": summary["engine"],
-              "gpu_hours": summary.get("gpu_hours"), "mean_replicas":
-              summary.get("mean_replicas"), "slo_attainment": summary.get("slo_attainment"),
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+              "gpu_hours": summary.get("gpu_hours"), "cost": summary.get("cost"),
+              "mean_replicas": summary.get("mean_replicas"),
+              "peak_replicas": summary.get("peak_replicas"),
+              "slo_attainment": summary.get("slo_attainment"),
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+              "hourly": summary.get("hourly")}
     print(json.dumps(result, indent=2))
     path = HERE / "results" / f"bench_day{'_' + a.tag if a.tag else ''}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")

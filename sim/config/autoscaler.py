@@ -13,6 +13,7 @@ from sim.errors import ConfigError
 POLICY_METRICS = {"queue": "waiting requests", "running": "running requests",
                   "kv_usage": "KV-cache usage (0-1)"}
 POLICIES = ("none", *POLICY_METRICS, "slo")
+MIN_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -32,7 +33,7 @@ class AutoscalerConfig:
     policy: str = "none"  # none | queue | running | kv_usage | slo
     min_replicas: int = 1
     max_replicas: int = 8
-    interval_s: float = 15.0  # HPA's sync period
+    interval_s: float = 15.0  # HPA's sync period (at least 1 s)
     target: float = 4.0  # per ready replica: waiting or running requests, or KV usage
     tolerance: float = 0.1  # HPA's default
     scale_up_stabilization_s: float = 0.0  # HPA's defaults: grow at once ...
@@ -92,7 +93,10 @@ def check_autoscaler(c) -> None:
         raise ConfigError("cluster.autoscaler.policy", a.policy,
                           "none with cluster.failure.mtbf_s (failures and scaling are not "
                           "modelled together)")
-    for name in ("interval_s", "target", "slo_window_s", "storage_bandwidth"):
+    # metrics scrapes and HPA syncs run at seconds; a shorter interval only slows the run
+    # (each evaluation reads the stabilisation window's recommendations)
+    _finite_at_least("interval_s", a.interval_s, MIN_INTERVAL_S)
+    for name in ("target", "slo_window_s", "storage_bandwidth"):
         _finite_at_least(name, getattr(a, name), 0.0, strict=True)
     for name in ("tolerance", "scale_up_stabilization_s", "scale_down_stabilization_s",
                  "provision_s", "engine_start_s", "gpu_hour_price"):

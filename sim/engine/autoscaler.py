@@ -52,20 +52,21 @@ def hpa_recommendation(ready: int, current: int, total: float, target: float,
     return max(current, math.ceil(total / target - 1e-9))
 
 
-def slo_recommendation(ready: int, observed: list[tuple[float, float]], waiting: int,
-                       scale_down_below: float) -> int:
+def slo_recommendation(ready: int, current: int, observed: list[tuple[float, float]],
+                       waiting: int, scale_down_below: float) -> int:
     """The ``slo`` policy's count (``observed``: (quantile, bound) pairs of the last
-    window): one more than ``ready`` when a quantile breaks its bound (a replica still
-    starting is that one more), one fewer when every one is below ``scale_down_below`` × its
-    bound and nothing waits; with nothing observed, one fewer if nothing waits, else one
-    more."""
+    window; ``current``: replicas ready and starting): one more than ``ready`` when a
+    quantile breaks its bound (a replica already starting is that one more), one fewer than
+    ``current`` when every one is below ``scale_down_below`` × its bound and nothing waits,
+    else ``current``; with nothing observed, one fewer if nothing waits, else one more."""
+    grow, shrink = max(current, ready + 1), current - 1
     if not observed:
-        return ready - 1 if waiting == 0 else ready + 1
+        return shrink if waiting == 0 else grow
     if any(q > b for q, b in observed):
-        return ready + 1
+        return grow
     if waiting == 0 and all(q < scale_down_below * b for q, b in observed):
-        return ready - 1
-    return ready
+        return shrink
+    return current
 
 
 class Stabilizer:
@@ -171,7 +172,7 @@ class Autoscaler:
             active = len(ready) + int((self.state == STARTING).sum())
             if a.policy == "slo":
                 waiting = sum(len(self.pool.view.waiting_ids(int(r))) for r in ready)
-                want = slo_recommendation(len(ready), self._observed(now), waiting,
+                want = slo_recommendation(len(ready), active, self._observed(now), waiting,
                                           a.scale_down_below)
             else:
                 want = hpa_recommendation(len(ready), active, self._metric(ready), a.target,
@@ -219,7 +220,9 @@ class Autoscaler:
         self.pool.view.set_alive(r, False)  # the router sends it nothing more
         self.pool.router.forget(r)
         if self.pool.view.outstanding[r] == 0:
-            self._stop(r)
+            # stopped after this instant's events: a replica made ready at this very instant
+            # has not yet resumed from its restart, where it cannot be interrupted
+            self.env.timeout(0).callbacks.append(lambda _e: self._stop(r))
 
     def _stop(self, r: int) -> None:
         """A drained replica goes off: its engine stops (``Replica.fail``: it holds nothing)

@@ -46,17 +46,19 @@ def test_the_kv_usage_policy_is_hpa_on_the_mean_usage():
     assert hpa_recommendation(3, 3, 2.4, 0.6, 0.1) == 4
 
 
-@pytest.mark.parametrize("ready, observed, waiting, expected", [
-    (2, [(0.9, 0.5)], 0, 3),  # a quantile over its bound: one more
-    (2, [(0.2, 0.5), (0.02, 0.05)], 0, 1),  # all below half: one fewer
-    (2, [(0.2, 0.5)], 3, 2),  # ... unless requests wait
-    (2, [(0.3, 0.5)], 0, 2),  # between: hold
-    (2, [], 0, 1),  # nothing completed and nothing waits: idle
-    (2, [], 5, 3),  # nothing completed and requests wait: stuck
+@pytest.mark.parametrize("ready, current, observed, waiting, expected", [
+    (2, 2, [(0.9, 0.5)], 0, 3),  # a quantile over its bound: one more
+    (2, 3, [(0.9, 0.5)], 0, 3),  # ... one is already starting: wait for it
+    (2, 2, [(0.2, 0.5), (0.02, 0.05)], 0, 1),  # all below half: one fewer
+    (2, 3, [(0.2, 0.5)], 0, 2),  # ... the start is the one given up
+    (2, 2, [(0.2, 0.5)], 3, 2),  # ... unless requests wait
+    (2, 3, [(0.3, 0.5)], 0, 3),  # between: hold, a start included
+    (2, 2, [], 0, 1),  # nothing completed and nothing waits: idle
+    (2, 2, [], 5, 3),  # nothing completed and requests wait: stuck
 ])
-def test_the_slo_policy_steps_one_replica_on_the_observed_quantiles(ready, observed,
+def test_the_slo_policy_steps_one_replica_on_the_observed_quantiles(ready, current, observed,
                                                                     waiting, expected):
-    assert slo_recommendation(ready, observed, waiting, 0.5) == expected
+    assert slo_recommendation(ready, current, observed, waiting, 0.5) == expected
 
 
 def test_stabilization_grows_on_the_lowest_and_shrinks_on_the_highest_recommendation():
@@ -195,7 +197,7 @@ def test_an_autoscaler_held_at_a_fixed_count_changes_nothing(compose_cfg):
     (["cluster.autoscaler.policy=slo"], "cluster.autoscaler.slo_ttft_ms"),
     (["cluster.autoscaler.policy=slo", "cluster.autoscaler.slo_ttft_ms=500",
       "cluster.autoscaler.slo_quantile=1"], "cluster.autoscaler.slo_quantile"),
-    (["cluster.autoscaler.policy=queue", "cluster.autoscaler.interval_s=0"],
+    (["cluster.autoscaler.policy=queue", "cluster.autoscaler.interval_s=0.5"],
      "cluster.autoscaler.interval_s"),
 ])
 def test_a_bad_autoscaler_is_one_error_naming_its_field(compose_cfg, over, field):
@@ -262,3 +264,24 @@ def test_a_comparison_refuses_an_autoscaled_run(tmp_path):
         "          autoscaler: {policy: running}}\n")
     with pytest.raises(ConfigError, match="a run on a fixed replica count"):
         job_settings(tmp_path)
+
+
+def test_a_replica_ready_and_drained_at_one_instant_stops_cleanly(compose_cfg):
+    """A start whose delay is a whole number of evaluations: the replica is ready at the
+    instant of an evaluation that drains it (it holds nothing); its engine, not yet resumed
+    from the restart, must stop after that instant, not be interrupted where it cannot be
+    (this once raised simpy.Interrupt out of the run)."""
+    cfg = compose_cfg("cost_model=constant", "engine=python", "slo=none", "cluster.replicas=1",
+                      "cluster.autoscaler.policy=running", "cluster.autoscaler.max_replicas=2",
+                      "cluster.autoscaler.target=1", "cluster.autoscaler.tolerance=0",
+                      "cluster.autoscaler.interval_s=1", "cluster.autoscaler.provision_s=1",
+                      "cluster.autoscaler.engine_start_s=0",
+                      "cluster.autoscaler.storage_bandwidth=1e30",
+                      "cluster.autoscaler.scale_down_stabilization_s=0")
+    req = pd.DataFrame({"arrival_time_s": [0.0, 0.0], "input_tokens": [1, 1],
+                        "output_tokens": [150, 300], "client": -1, "think_time_s": 0.0})
+    rec = simulate(cfg, req)
+    log = rec.meta["autoscaler"]["log"]
+    assert [tuple(x) for x in log[log[:, 1] == 1][:, [0, 2]]] == \
+        [(0.0, OFF), (1.0, STARTING), (2.0, READY), (2.0, DRAINING), (2.0, OFF)]
+    assert (rec.requests["status"] == "completed").all()
