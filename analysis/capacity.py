@@ -9,7 +9,11 @@ A Hydra app on ``conf/capacity.yaml`` (the simulator's config groups plus ``capa
 3. for each month of the traffic forecast, the replicas and GPUs its busiest hour needs,
    verified by simulating the whole cluster with its router at that size and at one replica
    fewer (which must miss the SLO);
-4. the cost from ``capacity.gpu_hour_price``.
+4. the cost from ``capacity.gpu_hour_price``;
+5. with ``capacity.day.enabled``, each month's whole day on the autoscaled cluster
+   (``cluster.autoscaler``): its cost and the hours in which the SLO is missed
+   (``analysis.capacity_day``). The search and the verification run a fixed replica
+   count.
 
 Writes ``capacity.json`` and ``capacity_gpus.png`` into the Hydra output dir. Bad input: one
 line on stderr, exit code 2. An SLO that no rate meets: one line naming the closest result,
@@ -35,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from analysis.capacity_config import check_capacity, preflight, register, slo_bounds
+from analysis.capacity_day import check_day, simulate_day
 from analysis.capacity_report import plot_gpus
 from analysis.capacity_search import Evaluator, RateSearch, max_rate, replicas_for
 from analysis.files import json_safe, write_text
@@ -44,6 +49,7 @@ from cli.preflight import one_line
 from cli.validation import MAX_REPLICAS, validate_config
 from conf.schema import register_configs
 from scenarios import WorkloadError, requests_for_seed
+from scenarios.rate_profile import has_profile
 from sim.errors import ConfigError, OutputError, ctrl_c_exits, report_error
 from sim.schedulers import SCHEDULERS
 
@@ -57,6 +63,10 @@ def check(cfg) -> None:
     if cfg.cluster.get("disaggregated", False):
         raise ConfigError("cluster", cfg.cluster.name, "a single-pool cluster: capacity plans "
                           "replicate one serving engine (disaggregated pools are not planned)")
+    if has_profile(cfg.workload):
+        raise ConfigError("workload.rate_profile", "set", "unset: the plan searches a constant "
+                          "rate, and its days follow capacity.forecast.diurnal")
+    check_day(cfg)
 
 
 def gpus_per_replica(cfg) -> int:
@@ -168,6 +178,12 @@ def plan_periods(cfg, ev: Evaluator, rate1: float) -> list[dict]:
         row.update(costs(float(peak), f.diurnal, row["replicas"], per_gpu,
                          cfg.capacity.gpu_hour_price, tokens, out_tokens, hourly))
         row["autoscaled_replicas_by_hour"] = hourly.tolist()
+        if cfg.capacity.day.enabled:  # the whole day, the autoscaler in the loop
+            row["day"] = simulate_day(cfg, float(peak), int(hourly[0]), row["replicas"],
+                                      ev.slo, ev.min_ratio)
+            log.info("month %d: a day on the autoscaler: %.1f GPU-hours, $%.2f, SLO missed "
+                     "in hours %s", month, row["day"]["gpu_hours"], row["day"]["cost"],
+                     row["day"]["hours_missing_slo"] or "none")
         periods.append(row)
         log.info("month %d: peak %.3g req/s → %d replicas (%d GPUs)%s", month, peak,
                  row["replicas"], row["gpus"], "" if row["verified"] else " (not verified)")
@@ -261,6 +277,12 @@ def describe(result: dict) -> str:
                      f"replicas, {p['gpus']} GPUs, ${p['cost_per_hour']:.2f}/h, "
                      f"${p['cost_per_million_tokens']:.3f} per million tokens"
                      f"{'' if p['verified'] else ' (not verified: ' + p['note'] + ')'}")
+        if "day" in p:
+            d = p["day"]
+            lines.append(f"  its day on the autoscaler: {d['gpu_hours']:.1f} GPU-hours, "
+                         f"${d['cost']:.2f}, {d['mean_replicas']:.2f} replicas on average "
+                         f"(peak {d['peak_replicas']}), SLO missed in hours "
+                         f"{d['hours_missing_slo'] or 'none'}")
     return "\n".join(lines)
 
 

@@ -85,6 +85,19 @@ class VerifyConfig:
 
 
 @dataclass
+class DayConfig:
+    """Each forecast month's whole day simulated with the autoscaler in the loop
+    (``cluster.autoscaler``): traffic by ``forecast.diurnal`` at the month's peak, what the
+    day costs and in which hours the SLO is missed (``analysis.capacity_day``)."""
+
+    enabled: bool = False
+    # seconds of one simulated hour: 3600 is the real day (slow: every request of the day is
+    # simulated); less compresses the day, while the scale-up delay keeps its length
+    hour_s: float = 3600.0
+    seed: int = 0
+
+
+@dataclass
 class ConfigSearchConfig:
     """The cheapest configuration meeting the SLO over a small space: every combination of
     the values listed (an empty list keeps the configured value; all empty: no search)."""
@@ -109,6 +122,7 @@ class CapacitySettings:
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     config_search: ConfigSearchConfig = field(default_factory=ConfigSearchConfig)
+    day: DayConfig = field(default_factory=DayConfig)
 
 
 @dataclass
@@ -179,6 +193,8 @@ def check_capacity(c, workload, slo) -> None:
         raise ConfigError("capacity.verify.requests_per_replica",
                           c.verify.requests_per_replica, "must be >= 50")
     check_forecast(c.forecast)
+    if c.day.enabled:
+        _positive("capacity.day.hour_s", c.day.hour_s)
 
 
 def check_forecast(f) -> None:

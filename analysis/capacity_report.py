@@ -102,4 +102,15 @@ def capacity_markdown(r: dict) -> str:
                           "cost per hour", "cost per million tokens",
                           "autoscaled cost per day"], rows), "",
                 "![GPUs over the horizon](capacity_gpus.png)", ""]
+    days = [p for p in r.get("periods") or () if "day" in p]
+    if days:
+        rows = [[p["month"], fmt(p["day"]["mean_replicas"]), p["day"]["peak_replicas"],
+                 fmt(p["day"]["gpu_hours"]), f"${p['day']['cost']:,.0f}",
+                 ", ".join(map(str, p["day"]["hours_missing_slo"])) or "none"] for p in days]
+        out += ["## A day on the autoscaler", "",
+                f"Each month's day simulated with the autoscaler in the loop "
+                f"({days[0]['day']['hour_s']:g} s hours; scale-up delay "
+                f"{days[0]['day']['scale_up_delay_s']:.0f} s), the SLO judged hour by hour.", "",
+                md_table(["month", "mean replicas", "peak replicas", "GPU-hours per day",
+                          "cost per day", "hours missing the SLO"], rows), ""]
     return "\n".join(out) + "\n"

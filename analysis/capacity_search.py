@@ -100,6 +100,8 @@ class Evaluator:
             cfg.workload.rate = float(rate)
             cfg.workload.num_requests = n
             cfg.cluster.replicas = int(replicas)
+            if "autoscaler" in cfg.cluster:  # a fixed count (capacity.day scales the days)
+                cfg.cluster.autoscaler.policy = "none"
             cfg.timeline = False  # the search reads request rows only
         runs = []
         for seed in self.seeds:

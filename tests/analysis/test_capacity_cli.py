@@ -36,6 +36,14 @@ RUNS = {
                          "capacity.forecast.horizon_months=4"],
     "unmeetable": [*SMALL, "capacity.slo.p99_ttft_ms=1"],
     "unknown_search_backend": ["capacity.config_search.backend=[bogus]"],
+    "day_without_autoscaler": ["capacity.day.enabled=true"],
+    # a day compressed into 5 s hours on an autoscaler that starts replicas in 1 s
+    "day": [*SMALL, "capacity.forecast.peak_rate=20", "capacity.forecast.horizon_months=1",
+            "cluster=autoscaled",
+            "cluster.autoscaler.interval_s=1", "cluster.autoscaler.provision_s=1",
+            "cluster.autoscaler.engine_start_s=0", "cluster.autoscaler.storage_bandwidth=1e15",
+            "cluster.autoscaler.scale_down_stabilization_s=5", "capacity.day.enabled=true",
+            "capacity.day.hour_s=5"],
 }
 
 
@@ -81,6 +89,7 @@ def test_max_rate_matches_md1_and_the_cluster_is_verified(runs):
     ("unknown_metric", "capacity.slo.p95_latency_ms"),
     ("negative_traffic", "capacity.forecast.growth_per_month"),
     ("unknown_search_backend", "capacity.config_search"),
+    ("day_without_autoscaler", "capacity.day.enabled"),
 ])
 def test_bad_input_is_one_line(runs, name, field):
     proc, out = runs[name]
@@ -99,3 +108,25 @@ def test_an_unmeetable_slo_says_so_and_reports_the_best(runs):
     assert not r["feasible"] and r["max_rate_per_replica"] is None
     assert r["best_found"]["violations"] and "periods" not in r
     assert "cannot be met" in write_report(out).read_text()
+
+
+def test_a_day_on_the_autoscaler_is_planned_beside_the_peak_hour(runs):
+    """capacity.day: the month's day (forecast.diurnal at its peak) on the autoscaled
+    cluster: replicas follow the curve (more in the busy hours than at night), the day's
+    GPU-hours are its billed replica-time scaled to a real day, and the verified peak-hour
+    plan (a fixed count: the autoscaler is off in the search) stands beside it."""
+    proc, out = runs["day"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((out / "capacity.json").read_text())
+    (p,) = r["periods"]
+    assert p["verified"] and p["at_size"]["replicas"] == p["replicas"]
+    d = p["day"]
+    by_hour = d["replicas_by_hour"]
+    assert len(by_hour) == 24 and d["hour_s"] == 5.0 and d["scale_ups"] >= 1
+    assert max(by_hour[11:16]) > min(by_hour[2:5])  # afternoon against the small hours
+    # billed replica-seconds / 5 s hours = real GPU-hours (one GPU a replica)
+    assert d["gpu_hours"] == pytest.approx(sum(by_hour), rel=0.1)
+    assert d["cost"] == pytest.approx(d["gpu_hours"] * r["gpu_hour_price"])
+    assert all(0 <= h < 24 for h in d["hours_missing_slo"])
+    assert "its day on the autoscaler" in proc.stdout
+    assert "## A day on the autoscaler" in write_report(out).read_text()
