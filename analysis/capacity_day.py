@@ -12,6 +12,7 @@ from omegaconf import open_dict
 
 from analysis.autoscaling import autoscaler_metrics, hourly_replicas
 from analysis.capacity_search import judge
+from analysis.forecast import hourly_rates
 from analysis.steady import steady_metrics
 from scenarios import requests_for_seed
 from sim import simulate
@@ -36,10 +37,9 @@ def simulate_day(cfg, peak: float, first_hour_replicas: int, peak_replicas: int,
     are of a real day (a compressed one's scaled by 3600 / ``hour_s``)."""
     d, f = cfg.capacity.day, cfg.capacity.forecast
     day = copy.deepcopy(cfg)
-    weights = np.asarray(list(f.diurnal), float)
     with open_dict(day):
         day.workload.rate = float(peak)
-        day.workload.rate_profile.hourly = (weights / weights.max()).tolist()
+        day.workload.rate_profile.hourly = hourly_rates(1.0, f.diurnal).tolist()
         day.workload.rate_profile.hour_s = float(d.hour_s)
         day.workload.rate_profile.points = []
         a = day.cluster.autoscaler

@@ -246,26 +246,29 @@ class Autoscaler:
                 "log": log}
 
 
+def _stretches(log: np.ndarray):
+    """Per replica of a ``(time, replica, state)`` log: each stretch's start, end (the last
+    open, ``inf``) and state."""
+    for r in np.unique(log[:, 1]):
+        rows = log[log[:, 1] == r]
+        yield rows[:, 0], np.append(rows[1:, 0], np.inf), rows[:, 2]
+
+
 def state_seconds(log: np.ndarray, states, start: float, until: float) -> float:
     """Replica-seconds spent in any of ``states`` within ``[start, until)``, from a
     ``(time, replica, state)`` log whose first rows give every replica's state at 0."""
     total = 0.0
-    for r in np.unique(log[:, 1]):
-        rows = log[log[:, 1] == r]
-        ends = np.append(rows[1:, 0], max(until, rows[-1, 0]))
-        lo, hi = np.maximum(rows[:, 0], start), np.minimum(ends, until)
-        total += float(np.clip(hi - lo, 0.0, None)[np.isin(rows[:, 2], states)].sum())
+    for begins, ends, state in _stretches(log):
+        lo, hi = np.maximum(begins, start), np.minimum(ends, until)
+        total += float(np.clip(hi - lo, 0.0, None)[np.isin(state, states)].sum())
     return total
 
 
 def while_starting(log: np.ndarray, times: np.ndarray) -> np.ndarray:
     """Per time of ``times``: whether some replica was starting then (a ramp's arrivals)."""
     lo, hi = [], []
-    for r in np.unique(log[:, 1]):
-        rows = log[log[:, 1] == r]
-        ends = np.append(rows[1:, 0], np.inf)
-        starting = rows[:, 2] == STARTING
-        lo.append(rows[starting, 0])
-        hi.append(ends[starting])
+    for begins, ends, state in _stretches(log):
+        lo.append(begins[state == STARTING])
+        hi.append(ends[state == STARTING])
     lo, hi = np.sort(np.concatenate(lo)), np.sort(np.concatenate(hi))
     return np.searchsorted(lo, times, side="right") > np.searchsorted(hi, times, side="right")

@@ -3,6 +3,8 @@ SimPy, the scale-up delay by hand, and runs in which replicas start and drain.""
 
 from __future__ import annotations
 
+import signal
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -239,8 +241,18 @@ def test_a_stalled_run_is_reported_not_ticked_through_forever(compose_cfg, monke
                         else route(self, pool, rid))
     cfg = compose_cfg(*BURST, "workload.num_requests=20", "cluster.autoscaler.policy=queue",
                       "cluster.autoscaler.max_replicas=2")
-    with pytest.raises(RuntimeError, match="simulation stalled with 1 unfinished"):
-        simulate(cfg, requests_for_seed(cfg.workload, 0))
+
+    def hung(signum, frame):  # a run ticked through forever fails here instead of hanging
+        raise TimeoutError("the stalled run did not end")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(RuntimeError, match="simulation stalled with 1 unfinished"):
+            simulate(cfg, requests_for_seed(cfg.workload, 0))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_an_autoscalers_spares_are_replicas_of_the_pool(compose_cfg):
