@@ -8,8 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.autoscaling import autoscaler_metrics
 from analysis.metrics import value_stats
 from sim.diffusion.records import DiffusionRecords
+from sim.engine.autoscaler import BILLED, state_seconds
 
 NOT_ENDED = ("pending", "queued", "running")
 
@@ -78,6 +80,8 @@ def summarize_jobs(records: DiffusionRecords,
     s["median_steps_per_s"] = float(np.median(sps)) if completed else float("nan")
     n, g = int(meta.get("num_nodes", 0)), int(meta.get("gpus_per_node", 0))
     capacity = n * g * duration
+    if "autoscaler" in meta:  # of the GPUs billed, not of every node the pool could start
+        capacity = state_seconds(meta["autoscaler"]["log"], BILLED, start, end) * g
     s["gpu_utilization"] = (busy_gpu_seconds(records.nodes, start, end) / capacity
                             if capacity > 0 else float("nan"))
     s.update({
@@ -92,4 +96,5 @@ def summarize_jobs(records: DiffusionRecords,
                               if span and n else float("nan"))
     if "pool_invariant_checks" in meta:
         s["pool_invariant_checks"] = int(meta["pool_invariant_checks"])
+    s.update(autoscaler_metrics(jobs, meta))  # its nodes: mean_replicas etc. count nodes
     return s

@@ -234,22 +234,26 @@ def plot_bound_share(records: Records, path: Path,
 
 def plot_day(hourly: list[dict], path: Path) -> None:
     """A day hour by hour (``summary.json``'s ``hourly``): the offered rate, the replicas
-    (billed and ready, when autoscaled) and the mean and p99 TTFT."""
+    (billed and ready, when autoscaled; nodes for diffusion jobs) and the mean and p99 TTFT
+    (the job latency for diffusion jobs)."""
     day = pd.DataFrame(hourly)
+    jobs = "mean_latency_s" in day
     panels = 3 if "replicas" in day else 2
     fig = Figure(figsize=(10, 2.6 * panels))
     axes = fig.subplots(panels, 1, sharex=True)
     axes[0].step(day["hour"], day["offered_rate"], where="post")
-    axes[0].set_ylabel("offered (req/s)")
+    axes[0].set_ylabel(f"offered ({'jobs' if jobs else 'req'}/s)")
     if panels == 3:
         for col, label in (("replicas", "billed"), ("ready_replicas", "ready")):
             axes[1].step(day["hour"], day[col], where="post", label=label)
-        axes[1].set_ylabel("replicas (hour mean)")
+        axes[1].set_ylabel(f"{'nodes' if jobs else 'replicas'} (hour mean)")
         axes[1].legend(loc="upper left", fontsize=8)
-    for col, label in (("mean_ttft_ms", "mean"), ("p99_ttft_ms", "p99")):
+    latency = (("mean_latency_s", "p99_latency_s", "job latency (s)") if jobs
+               else ("mean_ttft_ms", "p99_ttft_ms", "TTFT (ms)"))
+    for col, label in zip(latency[:2], ("mean", "p99"), strict=True):
         axes[-1].plot(day["hour"], day[col], marker=".", label=label)
     axes[-1].set_yscale("log")
-    axes[-1].set_ylabel("TTFT (ms)")
+    axes[-1].set_ylabel(latency[2])
     axes[-1].legend(loc="upper left", fontsize=8)
     axes[-1].set_xlabel("hour (by arrival)")
     fig.tight_layout()

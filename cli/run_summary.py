@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from analysis.autoscaling import hourly_replicas
 from analysis.diffusion_metrics import summarize_jobs
-from analysis.hourly import hourly_metrics
+from analysis.hourly import hourly_job_metrics, hourly_metrics
 from analysis.metrics import summarize
 from analysis.report import SUMMARY_JSON, reasons_text
 from analysis.steady import job_load, request_load
@@ -43,16 +43,9 @@ def summarize_run(cfg: DictConfig, records, job_records) -> dict:
         load = request_load(records.requests, summary["request_throughput"], until)
         summary.update(load.fields())
         if has_profile(cfg.workload):  # traffic that varies: each hour on its own
-            p = cfg.workload.rate_profile
-            span = RateProfile.from_config(p, float(cfg.workload.rate)).end
-            # and the hours the run went on after the profile's span, draining
-            hours = math.ceil(max(span, meta["sim_time_s"]) / float(p.hour_s))
-            summary["hourly"] = hourly_metrics(records.requests, float(p.hour_s), hours,
-                                               cfg.slo, span)
-            if "autoscaler" in records.meta:
-                for row, more in zip(summary["hourly"], hourly_replicas(
-                        records.meta, records.requests, float(p.hour_s), hours), strict=True):
-                    row.update(more)
+            summary["hourly"] = _hourly(cfg, records.meta, records.requests,
+                                        lambda h, n, span: hourly_metrics(
+                                            records.requests, h, n, cfg.slo, span))
     if job_records is not None:
         summary.update(summarize_jobs(job_records, cfg.metrics.percentiles))
         load = job_load(job_records.jobs, summary["jobs_per_hour"] / 3600.0, until)
@@ -61,7 +54,26 @@ def summarize_run(cfg: DictConfig, records, job_records) -> dict:
             summary.update(info)
             summary.update(job_run_state(summary, job_records))
             summary.update(load.fields())
+            if has_profile(cfg.workload):  # (a mixed run's profile shapes its requests)
+                summary["hourly"] = _hourly(cfg, job_records.meta, job_records.jobs,
+                                            lambda h, n, span: hourly_job_metrics(
+                                                job_records.jobs, h, n, span))
     return summary
+
+
+def _hourly(cfg: DictConfig, meta: dict, work, metrics) -> list[dict]:
+    """``summary.json``'s ``hourly``: ``metrics(hour_s, hours, span_s)`` of the requests or
+    jobs ``work`` over the rate profile's hours and those the run went on after its span
+    (draining), with the replicas (or nodes) of each hour when autoscaled."""
+    p = cfg.workload.rate_profile
+    span = RateProfile.from_config(p, float(cfg.workload.rate)).end
+    hours = math.ceil(max(span, meta["sim_time_s"]) / float(p.hour_s))
+    rows = metrics(float(p.hour_s), hours, span)
+    if "autoscaler" in meta:
+        for row, more in zip(rows, hourly_replicas(meta, work, float(p.hour_s), hours),
+                             strict=True):
+            row.update(more)
+    return rows
 
 
 def nothing_completed(summary: dict) -> str | None:

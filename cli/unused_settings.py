@@ -124,8 +124,7 @@ def _cluster_unused(cfg) -> list[str]:
         for name in _changed(c, ClusterConfig, unread):
             mode = "disaggregated (cluster=disagg)" if c.disaggregated else "not disaggregated"
             out.append(f"cluster.{name}={getattr(c, name)} is ignored: the cluster is {mode}")
-    if kind != "diffusion":
-        out += _autoscaler_unused(c.autoscaler)
+    out += _autoscaler_unused(c.autoscaler, nodes=kind == "diffusion")
     if kind == "llm":
         pool = [f"cluster.{n}={getattr(c, n)}" for n in _changed(c, ClusterConfig, POOL_ONLY)]
         for block, schema in POOL_BLOCKS:
@@ -135,7 +134,7 @@ def _cluster_unused(cfg) -> list[str]:
     if kind == "diffusion":
         llm = [f"cluster.{n}={getattr(c, n)}" for n in
                _changed(c, ClusterConfig, [*LLM_ONLY, *DISAGG_ONLY, *AGGREGATED_ONLY])]
-        for block, schema in (*LLM_FAULTS, ("autoscaler", AutoscalerConfig)):
+        for block, schema in LLM_FAULTS:
             llm += _block_changed(getattr(c, block), schema, f"cluster.{block}")
         out += [f"{p} is ignored: cluster=diffusion has no LLM replicas" for p in llm]
         if cfg.cost_model.name == "constant":
@@ -158,8 +157,9 @@ def _cluster_unused(cfg) -> list[str]:
     return out
 
 
-def _autoscaler_unused(a) -> list[str]:
-    """``cluster.autoscaler`` fields its policy does not read (all of them with none)."""
+def _autoscaler_unused(a, nodes: bool = False) -> list[str]:
+    """``cluster.autoscaler`` fields its policy does not read (all of them with none;
+    ``nodes``: diffusion nodes, whose jobs have no TTFT or TPOT)."""
     if a.policy == "none":
         unread = [n for n in _defaults(AutoscalerConfig) if n != "policy"]
     elif a.policy == "slo":
@@ -167,5 +167,10 @@ def _autoscaler_unused(a) -> list[str]:
     else:
         unread = [n for n in _defaults(AutoscalerConfig) if n.startswith("slo_")
                   or n == "scale_down_below"]
-    return [f"cluster.autoscaler.{n}={getattr(a, n)} is ignored: cluster.autoscaler.policy="
-            f"{a.policy} does not read it" for n in _changed(a, AutoscalerConfig, unread)]
+    out = [f"cluster.autoscaler.{n}={getattr(a, n)} is ignored: cluster.autoscaler.policy="
+           f"{a.policy} does not read it" for n in _changed(a, AutoscalerConfig, unread)]
+    if nodes and a.policy == "slo":
+        out += [f"cluster.autoscaler.{n}={getattr(a, n)} is ignored: diffusion jobs have no "
+                "tokens (cluster.autoscaler.slo_latency_ms bounds their latency)"
+                for n in _changed(a, AutoscalerConfig, ["slo_ttft_ms", "slo_tpot_ms"])]
+    return out

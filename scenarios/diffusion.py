@@ -14,7 +14,8 @@ Contract of ``build_jobs(workload, default_model, seed) -> pandas.DataFrame``:
   arrivals (the LLM table's meaning: a follow-up row has arrival NaN, set by the simulator to
   the completion of the client's previous job plus its think time).
 - ``kind=llm`` has no jobs: an empty table. ``kind=diffusion``: ``arrival`` is one of the LLM
-  processes with ``rate`` in jobs/s and ``num_requests`` jobs, or ``trace`` replay of a
+  processes with ``rate`` in jobs/s and ``num_requests`` jobs (poisson and gamma: or over the
+  span of ``workload.rate_profile``, as LLM requests), or ``trace`` replay of a
   diffusion job trace (``read_job_trace``; the Alibaba layout), whose rows give the arrival,
   the images per prompt and the steps (a shape's ``steps`` > 0 replaces the trace's), chosen
   by ``trace_types``/``trace_statuses``, windowed by ``window_start_s``/``window_end_s``,
@@ -37,11 +38,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scenarios.arrivals import closed_loop, gamma_arrivals, poisson_arrivals
+from scenarios.arrivals import closed_loop, poisson_arrivals
 from scenarios.config import check_workload
 from scenarios.diffusion_config import diffusion_job_count
 from scenarios.errors import WorkloadError
 from scenarios.traces import MAX_TIME_S, read_job_trace, window_trace
+from scenarios.workload import open_loop_arrivals
 
 # mirrors sim.diffusion.job.JOB_COLUMNS (scenarios never imports sim; a test keeps them equal)
 JOB_COLUMNS = ("arrival_time_s", "model", "height", "width", "frames", "steps", "images",
@@ -83,15 +85,14 @@ def _arrivals(w: Any, rng: np.random.Generator) -> pd.DataFrame:
                                                                 rng)})
     if w.arrival == "trace":
         return _trace_jobs(w)
-    n = int(w.num_requests)
     if w.arrival == "closed_loop":
+        n = int(w.num_requests)
         arrival, client, think = closed_loop(n, int(w.concurrency), float(w.think_time_s),
                                              str(w.think_time_dist), rng, float(w.ramp_up_s))
         return pd.DataFrame({"arrival_time_s": arrival, "client": client,
                              "think_time_s": think})
-    if w.arrival == "poisson":
-        return pd.DataFrame({"arrival_time_s": poisson_arrivals(float(w.rate), n, rng)})
-    return pd.DataFrame({"arrival_time_s": gamma_arrivals(float(w.rate), float(w.cv), n, rng)})
+    # poisson or gamma: num_requests jobs, or as many as the rate profile's span brings
+    return pd.DataFrame({"arrival_time_s": open_loop_arrivals(w, rng)})
 
 
 def _shapes(w: Any, default_model: str, n: int, rng: np.random.Generator) -> dict[str, Any]:

@@ -120,7 +120,7 @@ def _trace_rows(w: Any) -> pd.DataFrame:
     return trace
 
 
-def _open_loop_arrivals(w: Any, rng: np.random.Generator) -> np.ndarray:
+def open_loop_arrivals(w: Any, rng: np.random.Generator) -> np.ndarray:
     """Arrival times of poisson or gamma arrivals: ``num_requests`` at a constant rate, or
     over the span of ``workload.rate_profile``."""
     cv = float(w.cv) if w.arrival == "gamma" else 1.0
@@ -142,7 +142,7 @@ def _synthetic_rows(
             float(getattr(w, "ramp_up_s", 0.0)),
         )
     else:
-        arrival = _open_loop_arrivals(w, rng_arrivals)
+        arrival = open_loop_arrivals(w, rng_arrivals)
         n = len(arrival)
         client, think = np.full(n, -1, dtype=np.int64), np.zeros(n)
     rng_in, rng_out = rng_lengths.spawn(2)

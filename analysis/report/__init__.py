@@ -61,6 +61,9 @@ def write_job_tables(records, outdir: Path) -> list[Path]:
     paths = [outdir / "jobs.parquet", outdir / "nodes.parquet"]
     atomic_write(paths[0], lambda p: records.jobs.to_parquet(p, index=False))
     atomic_write(paths[1], lambda p: records.nodes.to_parquet(p, index=False))
+    if "autoscaler" in records.meta:  # every node's state changes
+        paths.append(outdir / "replicas.parquet")
+        atomic_write(paths[-1], lambda p: replica_states(records.meta).to_parquet(p, index=False))
     return paths
 
 
@@ -202,12 +205,7 @@ def format_summary(s: dict) -> str:
     if s.get("num_replicas", 1) > 1 and "gpu_hours" not in s:  # autoscaled: rows below
         rows.append(("Replicas", s["num_replicas"]))
     if "gpu_hours" in s:  # autoscaled
-        rows += [("Autoscaler", s["autoscaler_policy"]),
-                 ("Mean / peak replicas", f"{s['mean_replicas']:.2f} / {s['peak_replicas']}"),
-                 ("Scale-ups / drains", f"{s['scale_ups']} / {s['drains']}"),
-                 ("Scale-up delay (s)", s["scale_up_delay_s"]),
-                 ("GPU-hours", s["gpu_hours"]), ("Cost (USD)", s["cost"]),
-                 ("Arrived while scaling up", s["arrived_while_scaling_up"])]
+        rows += _autoscaler_rows(s, "replicas", "requests")
     if "mean_kv_transfer_ms" in s:
         rows.append(("Mean KV transfer (ms)", s["mean_kv_transfer_ms"]))
     if s.get("num_failures"):
@@ -224,6 +222,17 @@ def format_summary(s: dict) -> str:
         if "ttft_slo_attainment" in c:
             rows.append((f"[{name}] TTFT SLO attainment", c["ttft_slo_attainment"]))
     return _table(" Serving Benchmark Result (simulated) ", rows, s.get("load_verdict"))
+
+
+def _autoscaler_rows(s: dict, units: str, work: str) -> list[tuple[str, object]]:
+    """An autoscaled run's rows (``analysis.autoscaling.autoscaler_metrics``): ``units``
+    (replicas or nodes) moved, GPU-hours and cost, ``work`` that arrived in a ramp."""
+    return [("Autoscaler", s["autoscaler_policy"]),
+            (f"Mean / peak {units}", f"{s['mean_replicas']:.2f} / {s['peak_replicas']}"),
+            ("Scale-ups / drains", f"{s['scale_ups']} / {s['drains']}"),
+            ("Scale-up delay (s)", s["scale_up_delay_s"]),
+            ("GPU-hours", s["gpu_hours"]), ("Cost (USD)", s["cost"]),
+            (f"{work.capitalize()} arrived while scaling up", s["arrived_while_scaling_up"])]
 
 
 def _table(title: str, rows: list[tuple[str, object]], first: str | None = None) -> str:
@@ -256,6 +265,8 @@ def format_job_summary(s: dict) -> str:
         rows += _stat_rows(s, name, title)
     rows += [("Mean steps per second", s["mean_steps_per_s"]),
              ("Preemptions", s["num_job_preemptions"]), ("Restarts", s["num_job_restarts"])]
+    if "gpu_hours" in s and "request_throughput" not in s:  # its nodes autoscaled
+        rows += _autoscaler_rows(s, "nodes", "jobs")
     if s.get("num_node_failures"):
         rows += [("Node failures", s["num_node_failures"]),
                  ("Node availability", s["node_availability"])]

@@ -12,13 +12,16 @@ from sim.errors import ConfigError
 # export it (vLLM's /metrics: num_requests_waiting, num_requests_running, kv_cache_usage_perc)
 POLICY_METRICS = {"queue": "waiting requests", "running": "running requests",
                   "kv_usage": "KV-cache usage (0-1)"}
+# ... over the ready diffusion nodes (no KV cache there)
+NODE_POLICY_METRICS = {"queue": "waiting jobs", "running": "running jobs (gangs)"}
 POLICIES = ("none", *POLICY_METRICS, "slo")
 MIN_INTERVAL_S = 1.0
 
 
 @dataclass
 class AutoscalerConfig:
-    """How an autoscaler resizes the pool of LLM replicas (``policy: none``: it does not).
+    """How an autoscaler resizes the pool of LLM replicas, or of diffusion nodes under
+    ``cluster=diffusion`` (there ``replicas`` are nodes; ``policy: none``: it does not).
 
     Every ``interval_s`` it reads the ready replicas and recommends a count: a utilisation
     policy as Kubernetes' HPA on an engine metric (``ceil(Σ metric / target)``, no change
@@ -39,9 +42,10 @@ class AutoscalerConfig:
     scale_up_stabilization_s: float = 0.0  # HPA's defaults: grow at once ...
     scale_down_stabilization_s: float = 300.0  # ... shrink on the highest of 5 minutes
     # slo: the bounds (ms; null: not watched), the quantile observed over the last window
-    # (TTFT and TPOT of the requests that completed in it)
+    # (TTFT, TPOT and end-to-end latency of the requests, or jobs, that completed in it)
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
+    slo_latency_ms: float | None = None
     slo_quantile: float = 0.9
     slo_window_s: float = 60.0
     scale_down_below: float = 0.5
@@ -68,25 +72,31 @@ def _finite_at_least(field: str, value, low: float, strict: bool = False) -> Non
                           f"must be a finite number {'>' if strict else '>='} {low:g}")
 
 
-def check_autoscaler(c) -> None:
+def check_autoscaler(c, nodes: bool = False) -> None:
     """``cluster.autoscaler`` in range, and a cluster it can resize: one pool without
-    failures, starting within ``[min_replicas, max_replicas]``."""
+    failures, starting within ``[min_replicas, max_replicas]`` (``nodes``: the diffusion
+    nodes of ``cluster=diffusion``, whose policies read no KV cache and no tokens)."""
     a = c.autoscaler
     if a.policy not in POLICIES:
         raise ConfigError("cluster.autoscaler.policy", a.policy, f"one of {list(POLICIES)}")
     if a.policy == "none":
         return
+    if nodes and a.policy not in (*NODE_POLICY_METRICS, "slo"):
+        raise ConfigError("cluster.autoscaler.policy", a.policy, "one of "
+                          f"{[*NODE_POLICY_METRICS, 'slo']} for diffusion nodes (they hold no "
+                          "KV cache)")
     if not isinstance(a.min_replicas, int) or a.min_replicas < 1:
         raise ConfigError("cluster.autoscaler.min_replicas", a.min_replicas,
                           "an integer >= 1 (a pool scaled to zero serves nothing)")
     if not isinstance(a.max_replicas, int) or a.max_replicas < a.min_replicas:
         raise ConfigError("cluster.autoscaler.max_replicas", a.max_replicas,
                           f"an integer >= min_replicas={a.min_replicas}")
-    if not a.min_replicas <= c.replicas <= a.max_replicas:
-        raise ConfigError("cluster.replicas", c.replicas, "the replicas ready at the start: "
+    field, ready = ("nodes", c.nodes) if nodes else ("replicas", c.replicas)
+    if not a.min_replicas <= ready <= a.max_replicas:
+        raise ConfigError(f"cluster.{field}", ready, f"the {field} ready at the start: "
                           f"in [{a.min_replicas}, {a.max_replicas}] (cluster.autoscaler's "
                           "min_replicas, max_replicas)")
-    if c.disaggregated:
+    if c.disaggregated and not nodes:
         raise ConfigError("cluster.autoscaler.policy", a.policy,
                           "none with cluster.disaggregated (it resizes one pool)")
     if c.failure.mtbf_s is not None:
@@ -105,10 +115,13 @@ def check_autoscaler(c) -> None:
         raise ConfigError("cluster.autoscaler.target", a.target,
                           "a KV-cache usage in (0, 1] with policy=kv_usage")
     if a.policy == "slo":
-        if a.slo_ttft_ms is None and a.slo_tpot_ms is None:
-            raise ConfigError("cluster.autoscaler.slo_ttft_ms", None, "a bound (ms) with "
-                              "policy=slo (or slo_tpot_ms)")
-        for name in ("slo_ttft_ms", "slo_tpot_ms"):
+        watched = ("slo_latency_ms",) if nodes else ("slo_ttft_ms", "slo_tpot_ms",
+                                                     "slo_latency_ms")
+        if all(getattr(a, name) is None for name in watched):
+            what = ("a job latency bound (ms) with policy=slo on diffusion nodes" if nodes
+                    else "a bound (ms) with policy=slo (or slo_tpot_ms, slo_latency_ms)")
+            raise ConfigError(f"cluster.autoscaler.{watched[0]}", None, what)
+        for name in watched:
             if getattr(a, name) is not None:
                 _finite_at_least(name, getattr(a, name), 0.0, strict=True)
         if not 0 < a.slo_quantile < 1:

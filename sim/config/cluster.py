@@ -11,6 +11,7 @@ from sim.config.diffusion_cluster import (
     DiffusionBatchingConfig,
     DiffusionJobCostConfig,
     DiffusionParallelConfig,
+    cluster_kind,
 )
 from sim.errors import ConfigError
 from sim.routers import ROUTERS
@@ -112,13 +113,16 @@ class ClusterConfig:
     job_cost: DiffusionJobCostConfig = field(default_factory=DiffusionJobCostConfig)
 
 
-def pool_size(c: ClusterConfig) -> int:
+def pool_size(c: ClusterConfig, nodes: bool = False) -> int:
     """Replicas the cluster builds: both pools of a disaggregated one, an autoscaler's
-    ``max_replicas`` (some start off), else ``replicas``."""
-    if c.disaggregated:
+    ``max_replicas`` (some start off), else ``replicas`` (``nodes``: the diffusion nodes of
+    ``cluster=diffusion``: ``max_replicas`` or ``nodes``)."""
+    if c.disaggregated and not nodes:
         return c.prefill_replicas + c.decode_replicas
     a = getattr(c, "autoscaler", None)
-    return a.max_replicas if a is not None and a.policy != "none" else c.replicas
+    if a is not None and a.policy != "none":
+        return a.max_replicas
+    return c.nodes if nodes else c.replicas
 
 
 def check_cluster(c: ClusterConfig) -> None:
@@ -142,7 +146,7 @@ def check_cluster(c: ClusterConfig) -> None:
         _check_disaggregation(c)
     check_faults(c)  # after the replica counts, which straggler ids are checked against
     if getattr(c, "autoscaler", None) is not None:
-        check_autoscaler(c)
+        check_autoscaler(c, nodes=cluster_kind(c) == "diffusion")
 
 
 def _check_disaggregation(c: ClusterConfig) -> None:

@@ -105,9 +105,4 @@ class NodeFailures:
 
     def repair(self, node: int) -> None:
         """Node ``node`` is back, empty."""
-        p = self.pool
-        p.up[node] = True
-        p.free[node] = p.G
-        p.log_node(node)
-        p.check("after a node was repaired")
-        p.dispatch()
+        self.pool.bring_up(node, "after a node was repaired")

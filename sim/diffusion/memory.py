@@ -136,6 +136,15 @@ def weights(job: Job) -> tuple[float, float]:
             sum(encoder_params(e) for e in p.text_encoders) * BYTES)
 
 
+def pipeline_bytes(pipe) -> float:
+    """Bytes of a whole pipeline (``DiffusionPipelineConfig``): its DiT, text encoders and VAE
+    decoder; what each GPU of a new node reads from storage before it serves the pipeline
+    (sequence and CFG parallelism replicate the DiT; an FSDP pipeline loads the whole
+    checkpoint on every rank before sharding it)."""
+    return (dit_params(pipe.dit) + sum(encoder_params(e) for e in pipe.text_encoders)
+            + vae_params(pipe.vae)) * BYTES
+
+
 def shards(job: Job, plan: ParallelPlan) -> tuple[int, int]:
     """Into how many parts one GPU's DiT and text encoders are split: FSDP shards both over
     the gang; otherwise tensor parallelism and PipeFusion stages split the DiT."""

@@ -14,7 +14,10 @@ of the step in progress, computed from the run's start, so it is exact without a
 step); a job whose last step has begun is not paused. A paused job keeps its encoded prompt
 and its completed steps and queues again; it may resume on another node and gang.
 
-Node failures (``cluster.failure``) are ``sim.diffusion.failures``. A job no gang size can
+Node failures (``cluster.failure``) are ``sim.diffusion.failures``. Under ``cluster=diffusion``
+an autoscaler (``cluster.autoscaler``; ``sim.diffusion.node_fleet``) builds ``max_replicas``
+nodes, ``nodes`` of them up: a draining node starts no gang (``accepting``) and goes off once
+its gangs have ended; a started one comes up empty after its delay. A job no gang size can
 run (no valid plan) is rejected at arrival. Closed-loop jobs (``client``, ``think_time_s``
 columns; NaN arrivals) are released their think time after the same client's previous job
 ended, as LLM requests are (``sim.engine.run``).
@@ -27,9 +30,13 @@ from functools import partial
 import numpy as np
 import simpy
 
+from sim.config.autoscaler import autoscaled
+from sim.config.cluster import pool_size
+from sim.config.diffusion_cluster import cluster_kind
 from sim.diffusion.batching import Batcher
 from sim.diffusion.failures import NodeFailures
 from sim.diffusion.job import JobShape, JobTiming, ParallelPlan
+from sim.diffusion.node_fleet import NodeFleet
 from sim.diffusion.policies import JobQueue, NodeView, build_policy
 from sim.diffusion.policies.gang import DEFAULT_EFFICIENCY, GangSizer
 from sim.diffusion.preemption import next_boundary
@@ -47,6 +54,7 @@ from sim.diffusion.records import (
 )
 from sim.diffusion.timings import Timings
 from sim.diffusion.unit import Unit
+from sim.engine.autoscaler import Autoscaler
 from sim.engine.run import next_of_client
 
 
@@ -58,7 +66,9 @@ class NodePool:
         """``cluster``: a ``ClusterConfig`` (its diffusion fields); ``cost``: a
         ``DiffusionCost``; ``jobs``: the job table (``sim.diffusion.job.JOB_COLUMNS``)."""
         self.env, self.cost, self.jobs_frame, self.progress = env, cost, jobs, progress
-        self.c, self.G, self.n = cluster, int(gpus_per_node), int(cluster.nodes)
+        self.c, self.G = cluster, int(gpus_per_node)
+        scaled = cluster_kind(cluster) == "diffusion" and autoscaled(cluster)
+        self.n = pool_size(cluster, nodes=True) if scaled else int(cluster.nodes)
         self.table = JobTable(jobs)
         n = self.table.size
         client = jobs["client"].to_numpy(np.int64) if "client" in jobs else np.full(n, -1)
@@ -71,9 +81,12 @@ class NodePool:
                                getattr(cluster, "elastic_efficiency", DEFAULT_EFFICIENCY))
         self.batcher = Batcher(self, cluster.batching.max_images, cluster.batching.max_wait_s)
         # per node, plain lists: a pool has few nodes and these change at every event
-        self.free = [self.G] * self.n
+        ready = int(cluster.nodes)  # an autoscaler's spares (the rest) start off
+        self.free = [self.G if n < ready else 0 for n in range(self.n)]
         self.draining = [0] * self.n
-        self.up = [True] * self.n
+        self.up = [n < ready for n in range(self.n)]
+        self.accepting = [True] * self.n  # an autoscaler's draining nodes start no gang
+        self.autoscaler = None  # (sim.diffusion.node_fleet) told of completions and gangs left
         self.lost_nodes = 0
         # per node, its running units in start order (a dict, not a set: preemption victims
         # and failed gangs are visited in this order, and a set's order varies between runs)
@@ -90,12 +103,14 @@ class NodePool:
             self.checker = PoolChecker(self)
         for node in range(self.n):
             self.log_node(node)
-        self._shapes = self._job_shapes(jobs)
-        self.timings.check_shapes(self._shapes)
+        self.shapes = self._job_shapes(jobs)
+        self.timings.check_shapes(self.shapes)
         if self.table.size == 0:
             self.done.succeed()
         env.process(self._arrivals())
         self.failures = NodeFailures(self, seed)
+        if scaled:  # nodes started and drained as load moves
+            Autoscaler(env, NodeFleet(self), cluster.autoscaler, int(cluster.nodes))
 
     # ---- jobs, shapes and timings -------------------------------------------------------
     @staticmethod
@@ -126,7 +141,7 @@ class NodePool:
     def arrive(self, jid: int) -> None:
         """Job ``jid`` reaches the pool now: rejected, failed (no node left), batched or
         queued."""
-        t, shape = self.table, self._shapes[jid]
+        t, shape = self.table, self.shapes[jid]
         t.arrival[jid] = self.env.now
         unit = self._new_unit([jid], shape, int(t.priority[jid]))
         if self.sizer.need(self.timings.valid(unit)) is None:
@@ -168,7 +183,9 @@ class NodePool:
                 if unit is None:
                     return
                 target = self.timings.target(unit) if self.sizer.elastic else None
-                place = self.sizer.place(self.free, len(self.queue), self.timings.valid(unit),
+                free = self.free if all(self.accepting) else [
+                    f if ok else 0 for f, ok in zip(self.free, self.accepting, strict=True)]
+                place = self.sizer.place(free, len(self.queue), self.timings.valid(unit),
                                          target)
                 if place is None:
                     if self.policy.preemptive:
@@ -218,6 +235,8 @@ class NodePool:
         self.log_node(unit.node)
         unit.run_id += 1
         unit.steps_done, unit.encoded, unit.draining = steps_done, encoded, False
+        if self.autoscaler is not None:  # a draining node may hold nothing now
+            self.autoscaler.drained(unit.node)
 
     def _finish(self, unit: Unit, run_id: int, _event=None) -> None:
         if unit.run_id != run_id:
@@ -233,7 +252,7 @@ class NodePool:
         need = self.sizer.need(self.timings.valid(unit))
         views = [NodeView(n, self.free[n], self.draining[n],
                           [u for u in self.running[n] if not u.draining])
-                 for n in range(self.n) if self.up[n]]
+                 for n in range(self.n) if self.up[n] and self.accepting[n]]
         for v in self.policy.victims(unit, need, views):
             b = next_boundary(v, self.env.now)
             if b is None:
@@ -262,6 +281,9 @@ class NodePool:
             t.status[i], t.completion[i] = status, now
             t.reject_reason[i], t.fail_reason[i] = reject, fail
         self._ended += len(ids)
+        if status == COMPLETED and self.autoscaler is not None:
+            ids = np.asarray(ids, np.int64)
+            self.autoscaler.finished(now, {"latency": now - t.arrival[ids]})
         for jid in ids:  # closed loop: the client's next job, its think time from now
             nxt = int(self.next_of[jid])
             if nxt >= 0:
@@ -271,6 +293,21 @@ class NodePool:
             self.progress.update(len(ids))
         if self._ended == t.size and not self.done.triggered:
             self.done.succeed()
+
+    # ---- nodes up and down -------------------------------------------------------------
+    def bring_up(self, node: int, why: str = "after a node came up") -> None:
+        """Node ``node`` is up, empty and takes gangs; queued jobs may start on it."""
+        self.up[node], self.accepting[node] = True, True
+        self.free[node] = self.G
+        self.log_node(node)
+        self.check(why)
+        self.dispatch()
+
+    def shut_down(self, node: int) -> None:
+        """Node ``node``, drained (it runs nothing), goes off."""
+        self.up[node], self.free[node] = False, 0
+        self.log_node(node)
+        self.check("after a drained node went off")
 
     # ---- records ------------------------------------------------------------------------
     def log_node(self, node: int) -> None:
@@ -295,6 +332,8 @@ class NodePool:
                                    "up_s": None if np.isnan(b) else float(b)}
                                   for n, a, b in log],
                 "partial": bool(partial)}
+        if self.autoscaler is not None:
+            meta["autoscaler"] = self.autoscaler.meta(sim_time_s)
         if self.checker is not None:
             meta["pool_invariant_checks"] = self.checker.checks
         return DiffusionRecords(self.table.frame(self.jobs_frame), self.nodes.to_frame(), meta)

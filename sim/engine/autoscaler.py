@@ -1,9 +1,12 @@
-"""An autoscaler in the loop: replicas of the pool start, serve, drain and stop as load moves.
+"""An autoscaler in the loop: replicas of the pool (or diffusion nodes) start, serve, drain
+and stop as load moves.
 
 The pool is built with ``max_replicas`` replicas; ``cluster.replicas`` of them are ready at
-the start and the rest are off. Every ``interval_s`` the autoscaler recommends a count
-(``hpa_recommendation`` on an engine metric, or ``slo_recommendation``), stabilises it
-(``Stabilizer``, as Kubernetes' HPA behaviour) and acts on the difference:
+the start and the rest are off (a diffusion pool: ``max_replicas`` nodes, ``cluster.nodes``
+ready; ``sim.diffusion.node_fleet``). Every ``interval_s`` the autoscaler recommends a count
+(``hpa_recommendation`` on an engine metric, or ``slo_recommendation``;
+``sim.engine.scaling_policy``), stabilises it (``Stabilizer``, as Kubernetes' HPA
+behaviour) and acts on the difference:
 
 - up: an off replica starts; it is billed from then and takes requests only once ready,
   ``scale_up_delay_s`` later (provisioning, its weights at the storage bandwidth, engine
@@ -16,8 +19,9 @@ the start and the rest are off. Every ``interval_s`` the autoscaler recommends a
 Each state change is logged (``log``: time, replica, state), from which ``meta`` derives the
 GPU-hours and the cost. The autoscaler reads the replicas as a metrics scraper would (the
 scheduler's queues and KV usage at the instant of the evaluation), and the latencies (TTFT,
-TPOT) of the requests completed in the last ``slo_window_s``. Kubernetes' default rate
-limits on scaling (at most 4 pods or 100% more per 15 s up) are not modelled.
+TPOT, end to end) of the requests (or jobs) completed in the last ``slo_window_s``.
+Kubernetes' default rate limits on scaling (at most 4 pods or 100% more per 15 s up) are not
+modelled.
 """
 
 from __future__ import annotations
@@ -28,141 +32,77 @@ from collections import deque
 import numpy as np
 
 from sim.config.autoscaler import AutoscalerConfig
+from sim.engine.scaling_policy import (  # noqa: F401 (the policies, read from here too)
+    Stabilizer,
+    hpa_recommendation,
+    scale_up_delay_s,
+    slo_recommendation,
+)
 from sim.kv.budget import GIB
 
 OFF, STARTING, READY, DRAINING = range(4)
 STATES = ("off", "starting", "ready", "draining")
 BILLED = (STARTING, READY, DRAINING)
-
-
-def hpa_recommendation(ready: int, current: int, total: float, target: float,
-                       tolerance: float) -> int:
-    """Kubernetes HPA's count (``replica_calculator``'s plain-metric rule) on a per-replica
-    metric summed to ``total`` over the ``ready`` replicas of ``current`` (ready and
-    starting). Usage ``u = total / ready / target``: ``current`` while ``|u − 1|`` is within
-    ``tolerance``, else ``ceil(total / target)``. When it would grow while replicas are
-    starting, those count at zero load: ``u' = total / current / target``; ``current``
-    while ``u'`` is within tolerance or below 1, else ``ceil(total / target)``."""
-    usage = total / ready / target if ready else 0.0
-    if not (current > ready and usage > 1.0):
-        return current if abs(usage - 1.0) <= tolerance else math.ceil(total / target - 1e-9)
-    with_starting = total / current / target
-    if with_starting < 1.0 + tolerance:
-        return current
-    return max(current, math.ceil(total / target - 1e-9))
-
-
-def slo_recommendation(ready: int, current: int, observed: list[tuple[float, float]],
-                       waiting: int, scale_down_below: float) -> int:
-    """The ``slo`` policy's count (``observed``: (quantile, bound) pairs of the last
-    window; ``current``: replicas ready and starting): one more than ``ready`` when a
-    quantile breaks its bound (a replica already starting is that one more), one fewer than
-    ``current`` when every one is below ``scale_down_below`` × its bound and nothing waits,
-    else ``current``; with nothing observed, one fewer if nothing waits, else one more."""
-    grow, shrink = max(current, ready + 1), current - 1
-    if not observed:
-        return shrink if waiting == 0 else grow
-    if any(q > b for q, b in observed):
-        return grow
-    if waiting == 0 and all(q < scale_down_below * b for q, b in observed):
-        return shrink
-    return current
-
-
-class Stabilizer:
-    """HPA's stabilisation windows: a count grows to the lowest recommendation of the last
-    ``up_s`` seconds and shrinks to the highest of the last ``down_s``, never past the
-    current count in the other direction."""
-
-    def __init__(self, up_s: float, down_s: float) -> None:
-        self.up_s, self.down_s = up_s, down_s
-        self.history: deque[tuple[float, int]] = deque()
-
-    def __call__(self, now: float, recommended: int, current: int) -> int:
-        """The count to scale to now, given this evaluation's recommendation (HPA keeps the
-        recommendations strictly inside a window, and this one)."""
-        horizon = now - max(self.up_s, self.down_s)
-        while self.history and self.history[0][0] <= horizon:
-            self.history.popleft()
-        self.history.append((now, recommended))
-
-        def recent(window_s: float) -> list[int]:
-            return [r for t, r in self.history if t > now - window_s or t == now]
-
-        if recommended > current:
-            return max(current, min(recent(self.up_s)))
-        if recommended < current:
-            return min(current, max(recent(self.down_s)))
-        return current
-
-
-def scale_up_delay_s(a: AutoscalerConfig, weight_bytes_per_gpu: float) -> float:
-    """Seconds from a scale-up decision to a ready replica: provisioning, each GPU loading
-    its shard of the weights at ``storage_bandwidth``, and the engine's start-up."""
-    return a.provision_s + weight_bytes_per_gpu / a.storage_bandwidth + a.engine_start_s
+# the latencies the slo policy can watch, and the field of each one's bound (ms)
+SLO_BOUNDS = {"ttft": "slo_ttft_ms", "tpot": "slo_tpot_ms", "latency": "slo_latency_ms"}
 
 
 class Autoscaler:
-    """Resizes ``pool`` of ``cluster`` in the loop (module doc)."""
+    """Resizes ``fleet`` (a ``ReplicaFleet`` of LLM replicas, or diffusion nodes:
+    ``sim.diffusion.node_fleet.NodeFleet``) in the loop of ``env`` (module doc); the first
+    ``ready`` of its units are ready at the start. The fleet tells it what finished
+    (``finished``) and asks it to stop a drained unit (``drained``)."""
 
-    def __init__(self, cluster, pool, a: AutoscalerConfig, gpus_per_replica: int) -> None:
-        self.cluster, self.pool, self.a = cluster, pool, a
-        self.env = cluster.env
-        self.gpus = int(gpus_per_replica)
-        n = len(pool.replicas)
+    def __init__(self, env, fleet, a: AutoscalerConfig, ready: int) -> None:
+        self.env, self.fleet, self.a = env, fleet, a
+        self.gpus = int(fleet.gpus_per_unit)
+        n = fleet.size
         self.state = np.full(n, OFF, np.int8)
-        self.state[:cluster.cfg.cluster.replicas] = READY
+        self.state[:ready] = READY
         self._epoch = np.zeros(n, np.int64)  # bumped when a start is cancelled
         self._started_at = np.zeros(n)
-        self.delay_s = scale_up_delay_s(a, pool.parts[0].meta["weights_gib_per_gpu"] * GIB)
+        self.delay_s = scale_up_delay_s(a, fleet.weight_bytes_per_gpu)
         self.stabilize = Stabilizer(a.scale_up_stabilization_s, a.scale_down_stabilization_s)
         self.log: list[tuple[float, int, int]] = [(0.0, r, int(s))
                                                   for r, s in enumerate(self.state)]
-        self._ttft: deque[tuple[float, float]] = deque()  # (completed at, ttft s)
-        self._tpot: deque[tuple[float, float]] = deque()
+        # per watched latency: its bound (s) and (reported at, value s) of recent completions
+        self.bounds = {name: getattr(a, field) * 1e-3 for name, field in SLO_BOUNDS.items()
+                       if a.policy == "slo" and getattr(a, field) is not None}
+        self._samples: dict[str, deque[tuple[float, float]]] = {n: deque() for n in self.bounds}
         for r in np.flatnonzero(self.state == OFF):
-            pool.view.set_alive(int(r), False)
-        self._finish, pool.on_finish = pool.on_finish, self._finished
-        self.process = self.env.process(self._run())
+            fleet.routable(int(r), False)
+        fleet.attach(self)
+        self.process = env.process(self._run())
 
     # ---- observing ----------------------------------------------------------------------
-    def _finished(self, pool, r: int, ids: np.ndarray, now: float) -> None:
-        self._finish(pool, r, ids, now)
-        if self.a.policy == "slo":  # kept by when the engine reported them (in time order)
-            t = pool.table
-            for rid in ids:
-                self._ttft.append((now, float(t.first_token[rid] - t.arrival[rid])))
-                if t.generated[rid] > 1:
-                    self._tpot.append((now, float((t.completion[rid] - t.first_token[rid])
-                                                  / (t.generated[rid] - 1))))
-        if self.state[r] == DRAINING and pool.view.outstanding[r] == 0:
-            # the replica's own step told us: it stops once that step has returned
+    def finished(self, now: float, samples: dict[str, np.ndarray]) -> None:
+        """Work finished now; ``samples``: its latencies (s) by name (``SLO_BOUNDS``), kept
+        by when they were reported (in time order) while the SLO policy watches them."""
+        for name, kept in self._samples.items():
+            kept.extend((now, float(v)) for v in samples.get(name, ()))
+
+    def drained(self, r: int) -> None:
+        """Unit ``r`` may hold nothing now: if it is draining, it stops after this instant's
+        events (the unit's own step or job has returned by then; a replica made ready at this
+        very instant has not yet resumed from its restart, where it cannot be
+        interrupted)."""
+        if self.state[r] == DRAINING and self.fleet.outstanding(r) == 0:
             self.env.timeout(0).callbacks.append(lambda _e, r=r: self._stop(r))
 
     def _observed(self, now: float) -> list[tuple[float, float]]:
         """(quantile, bound) of each watched latency over the last window (s)."""
         a, out = self.a, []
-        for samples, bound in ((self._ttft, a.slo_ttft_ms), (self._tpot, a.slo_tpot_ms)):
+        for name, samples in self._samples.items():
             while samples and samples[0][0] < now - a.slo_window_s:
                 samples.popleft()
-            if bound is not None and samples:
+            if samples:
                 values = np.fromiter((v for _, v in samples), float, len(samples))
-                out.append((float(np.quantile(values, a.slo_quantile)), bound * 1e-3))
+                out.append((float(np.quantile(values, a.slo_quantile)), self.bounds[name]))
         return out
-
-    def _metric(self, ready: np.ndarray) -> float:
-        """The policy's metric summed over the ready replicas."""
-        v, policy = self.pool.view, self.a.policy
-        if policy == "queue":
-            return float(sum(len(v.waiting_ids(int(r))) for r in ready))
-        if policy == "running":
-            return float(sum(len(v.schedulers[int(r)].running) for r in ready))
-        return float(sum(v.used_blocks(int(r)) / max(v.schedulers[int(r)].kv.num_blocks, 1)
-                         for r in ready))
 
     # ---- deciding -----------------------------------------------------------------------
     def _run(self):
-        a = self.a
+        a, fleet = self.a, self.fleet
         while True:
             yield self.env.timeout(a.interval_s)
             if self.env.peek() == math.inf:  # nothing else will ever happen: a stalled run,
@@ -171,17 +111,16 @@ class Autoscaler:
             ready = np.flatnonzero(self.state == READY)
             active = len(ready) + int((self.state == STARTING).sum())
             if a.policy == "slo":
-                waiting = sum(len(self.pool.view.waiting_ids(int(r))) for r in ready)
-                want = slo_recommendation(len(ready), active, self._observed(now), waiting,
-                                          a.scale_down_below)
+                want = slo_recommendation(len(ready), active, self._observed(now),
+                                          fleet.waiting(ready), a.scale_down_below)
             else:
-                want = hpa_recommendation(len(ready), active, self._metric(ready), a.target,
-                                          a.tolerance)
+                want = hpa_recommendation(len(ready), active, fleet.metric(a.policy, ready),
+                                          a.target, a.tolerance)
             want = min(max(want, a.min_replicas), a.max_replicas)
             self._resize(self.stabilize(now, want, active), active)
 
     def _resize(self, target: int, active: int) -> None:
-        """Start or remove replicas until ``target`` are ready or starting."""
+        """Start or remove units until ``target`` are ready or starting."""
         s = self.state
         for r in np.flatnonzero(s == OFF)[:max(target - active, 0)]:
             self._start(int(r))
@@ -191,7 +130,8 @@ class Autoscaler:
                 self._cancel(int(starting[np.argmax(self._started_at[starting])]))
                 continue
             ready = np.flatnonzero(s == READY)
-            self._drain(int(ready[np.argmin(self.pool.view.outstanding[ready])]))
+            held = [self.fleet.outstanding(int(r)) for r in ready]
+            self._drain(int(ready[int(np.argmin(held))]))
 
     # ---- acting -------------------------------------------------------------------------
     def _set(self, r: int, state: int) -> None:
@@ -209,7 +149,7 @@ class Autoscaler:
         if self._epoch[r] != epoch or self.state[r] != STARTING:  # cancelled meanwhile
             return
         self._set(r, READY)
-        self.cluster.repair(self.pool, r)  # up and empty; parked requests are routed
+        self.fleet.bring_up(r)  # up, empty and routable; waiting work may start on it
 
     def _cancel(self, r: int) -> None:
         self._epoch[r] += 1
@@ -217,20 +157,15 @@ class Autoscaler:
 
     def _drain(self, r: int) -> None:
         self._set(r, DRAINING)
-        self.pool.view.set_alive(r, False)  # the router sends it nothing more
-        self.pool.router.forget(r)
-        if self.pool.view.outstanding[r] == 0:
-            # stopped after this instant's events: a replica made ready at this very instant
-            # has not yet resumed from its restart, where it cannot be interrupted
-            self.env.timeout(0).callbacks.append(lambda _e: self._stop(r))
+        self.fleet.routable(r, False)  # the router (or dispatcher) sends it nothing more
+        self.drained(r)
 
     def _stop(self, r: int) -> None:
-        """A drained replica goes off: its engine stops (``Replica.fail``: it holds nothing)
-        until a later start."""
-        if self.state[r] != DRAINING or self.pool.view.outstanding[r]:
+        """A drained unit goes off (it holds nothing) until a later start."""
+        if self.state[r] != DRAINING or self.fleet.outstanding(r):
             return
         self._set(r, OFF)
-        self.pool.replicas[r].fail()
+        self.fleet.shut_down(r)
 
     # ---- records ------------------------------------------------------------------------
     def meta(self, now: float) -> dict:
@@ -244,6 +179,62 @@ class Autoscaler:
                 "scale_ups": int(((log[:, 0] > 0) & (log[:, 2] == STARTING)).sum()),
                 "drains": int((log[:, 2] == DRAINING).sum()),
                 "log": log}
+
+
+class ReplicaFleet:
+    """The LLM replicas of one pool as the autoscaler sees and moves them: routable or not
+    (``PoolView.set_alive``), requests held, the policies' engine metrics, started by
+    ``Cluster.repair`` and stopped by ``Replica.fail``."""
+
+    def __init__(self, cluster, pool, gpus_per_replica: int) -> None:
+        self.cluster, self.pool = cluster, pool
+        self.size = len(pool.replicas)
+        self.gpus_per_unit = gpus_per_replica
+        self.weight_bytes_per_gpu = pool.parts[0].meta["weights_gib_per_gpu"] * GIB
+
+    def attach(self, scaler: Autoscaler) -> None:
+        """Report finished requests on each replica to ``scaler``."""
+        self.scaler = scaler
+        self._finish, self.pool.on_finish = self.pool.on_finish, self._finished
+
+    def _finished(self, pool, r: int, ids: np.ndarray, now: float) -> None:
+        self._finish(pool, r, ids, now)
+        if self.scaler.bounds:
+            t = pool.table
+            ttft = t.first_token[ids] - t.arrival[ids]
+            many = t.generated[ids] > 1
+            tpot = ((t.completion[ids] - t.first_token[ids])[many]
+                    / (t.generated[ids][many] - 1))
+            self.scaler.finished(now, {"ttft": ttft, "tpot": tpot,
+                                       "latency": t.completion[ids] - t.arrival[ids]})
+        self.scaler.drained(r)
+
+    def routable(self, r: int, on: bool) -> None:
+        self.pool.view.set_alive(r, on)
+        if not on:
+            self.pool.router.forget(r)
+
+    def outstanding(self, r: int) -> int:
+        return int(self.pool.view.outstanding[r])
+
+    def waiting(self, ready: np.ndarray) -> int:
+        return sum(len(self.pool.view.waiting_ids(int(r))) for r in ready)
+
+    def metric(self, policy: str, ready: np.ndarray) -> float:
+        """The policy's metric summed over the ``ready`` replicas."""
+        v = self.pool.view
+        if policy == "queue":
+            return float(self.waiting(ready))
+        if policy == "running":
+            return float(sum(len(v.schedulers[int(r)].running) for r in ready))
+        return float(sum(v.used_blocks(int(r)) / max(v.schedulers[int(r)].kv.num_blocks, 1)
+                         for r in ready))
+
+    def bring_up(self, r: int) -> None:
+        self.cluster.repair(self.pool, r)  # up and empty; parked requests are routed
+
+    def shut_down(self, r: int) -> None:
+        self.pool.replicas[r].fail()  # its engine stops: it holds nothing
 
 
 def _stretches(log: np.ndarray):

@@ -48,7 +48,7 @@ from sim.config import check_cluster
 from sim.config.autoscaler import autoscaled
 from sim.config.backend import overlaps
 from sim.config.cluster import pool_size
-from sim.engine.autoscaler import Autoscaler
+from sim.engine.autoscaler import Autoscaler, ReplicaFleet
 from sim.engine.disagg import Disaggregation
 from sim.engine.faults import link_schedule, stragglers
 from sim.engine.frontend import FrontendServer
@@ -146,9 +146,10 @@ class Cluster:
             self.prefill_table = None
             self.disagg = None
             self._pool("mixed", pool_size(c), None, table, itl)
-        self.autoscaler = Autoscaler(self, self.pools[0], c.autoscaler,
-                                     c.tensor_parallel_size * c.pipeline_parallel_size) \
-            if autoscaled(c) else None
+        self.autoscaler = Autoscaler(
+            env, ReplicaFleet(self, self.pools[0],
+                              c.tensor_parallel_size * c.pipeline_parallel_size),
+            c.autoscaler, c.replicas) if autoscaled(c) else None
         self.refusal = self._refusals()
         for line in ignored_settings(self.cfg):  # the config is valid by now
             log.warning(line)

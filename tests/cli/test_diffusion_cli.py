@@ -49,6 +49,10 @@ def runs(tmp_path_factory, sim_cli):
                            "workload.num_requests=1", "workload.frames=1", "plots=false"],
         "mixed_llm_jobs": ["workload=mixed", "cluster=mixed", "workload.model=llama3_8b",
                            "workload.num_requests=20", "plots=false"],
+        "day": ["workload=diffusion_diurnal", "model=flux1_dev",
+                "cluster=diffusion_autoscaled", "workload.rate_profile.hour_s=30",
+                "cluster.autoscaler.interval_s=5", "cluster.autoscaler.provision_s=5",
+                "cluster.autoscaler.scale_down_stabilization_s=30"],
     }
     if ALIBABA.is_file():
         jobs["alibaba"] = ["workload=alibaba_t2i", "cluster=diffusion", "cluster.nodes=16",
@@ -163,3 +167,25 @@ def test_ctrl_c_keeps_what_was_simulated():
     assert r.partial and r.meta["interrupted_at_sim_s"] < n
     assert (r.jobs["status"] == "completed").sum() == 10
     assert r.jobs["status"].isin(["pending", "queued", "running", "completed"]).all()
+
+
+def test_an_autoscaled_day_of_diffusion_jobs_bills_its_nodes(runs):
+    """workload=diffusion_diurnal on cluster=diffusion_autoscaled over a compressed day: nodes
+    start and drain (replicas.parquet), summary.json has the GPU-hours of the nodes billed
+    and each hour's nodes and job latency, and day.png draws them."""
+    run = runs["day"]
+    assert run.returncode == 0, run.describe()
+    s = json.loads((run.outdir / "summary.json").read_text())
+    states = pd.read_parquet(run.outdir / "replicas.parquet")
+    assert set(states["state"]) == {"off", "starting", "ready", "draining"}
+    assert s["scale_ups"] >= 1 and s["drains"] >= 1 and s["peak_replicas"] > 1
+    assert s["cost"] == pytest.approx(s["gpu_hours"] * 3.0)
+    assert s["jobs_completed"] == s["completed"] > 0 and s["jobs_failed"] == 0
+    hourly = s["hourly"]
+    assert len(hourly) >= 24 and {"mean_latency_s", "p99_latency_s", "replicas"} <= set(
+        hourly[12])
+    assert sum(h["gpu_hours"] for h in hourly) == pytest.approx(s["gpu_hours"], rel=1e-6)
+    assert sum(h["arrivals"] for h in hourly) == s["jobs_completed"]
+    assert "Mean / peak nodes" in run.stdout and "jobs/s" in run.stdout
+    for name in ("replicas.parquet", "day.png"):
+        assert name in s["outputs"] and (run.outdir / name).is_file()

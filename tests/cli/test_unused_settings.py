@@ -49,8 +49,10 @@ def test_shipped_options_set_nothing_they_do_not_read(compose_cfg, option):
      "cluster.autoscaler.slo_ttft_ms=300.0 is ignored"),
     (["cluster.autoscaler.policy=slo", "cluster.autoscaler.slo_ttft_ms=300",
       "cluster.autoscaler.target=3"], "cluster.autoscaler.target=3.0 is ignored"),
-    (["cluster=diffusion", "cluster.autoscaler.policy=queue"],
-     "cluster.autoscaler.policy=queue is ignored: cluster=diffusion has no LLM replicas"),
+    (["cluster=diffusion", "workload=diffusion", "model=flux1_dev",
+      "cluster.autoscaler.policy=slo", "cluster.autoscaler.slo_latency_ms=9000",
+      "cluster.autoscaler.slo_ttft_ms=300"],
+     "cluster.autoscaler.slo_ttft_ms=300.0 is ignored: diffusion jobs have no tokens"),
     (["cluster.prefill_replicas=3"], "cluster.prefill_replicas=3 is ignored: the cluster is "
                                      "not disaggregated"),
     (["cluster=disagg", "cluster.replicas=4"], "cluster.replicas=4 is ignored: the cluster is "

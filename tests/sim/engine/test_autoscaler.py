@@ -297,3 +297,19 @@ def test_a_replica_ready_and_drained_at_one_instant_stops_cleanly(compose_cfg):
     assert [tuple(x) for x in log[log[:, 1] == 1][:, [0, 2]]] == \
         [(0.0, OFF), (1.0, STARTING), (2.0, READY), (2.0, DRAINING), (2.0, OFF)]
     assert (rec.requests["status"] == "completed").all()
+
+
+def test_the_slo_policy_can_bound_the_end_to_end_latency(compose_cfg):
+    """slo_latency_ms alone: 200-token answers at 10 ms a step take 2 s end to end against
+    a 1 s bound while nothing waits (64 sequences a step): every evaluation sees the bound
+    broken and adds a replica up to max_replicas (on TTFT or with nothing observed it would
+    shrink, nothing waiting)."""
+    cfg = compose_cfg(*BURST, "scheduler.max_num_seqs=64", "workload.output_tokens=200",
+                      "workload.rate=2", "workload.num_requests=120", "cluster.replicas=1",
+                      "cluster.autoscaler.policy=slo", "cluster.autoscaler.slo_latency_ms=1000",
+                      "cluster.autoscaler.max_replicas=3")
+    rec = simulate(cfg, requests_for_seed(cfg.workload, 0))
+    log = rec.meta["autoscaler"]["log"]
+    ups = log[(log[:, 2] == STARTING) & (log[:, 0] > 0), 0]
+    assert ups.tolist() == [5.0, 20.0]  # one at a time: the first ready at 15 s
+    assert (rec.requests["status"] == "completed").all()
