@@ -163,10 +163,10 @@ def _autoscaler_unused(a, nodes: bool = False) -> list[str]:
     if a.policy == "none":
         unread = [n for n in _defaults(AutoscalerConfig) if n != "policy"]
     elif a.policy == "slo":
-        unread = ["target", "tolerance"]
+        unread = ["target", "tolerance", "rate_window_s"]
     else:
         unread = [n for n in _defaults(AutoscalerConfig) if n.startswith("slo_")
-                  or n == "scale_down_below"]
+                  or n == "scale_down_below" or (n == "rate_window_s" and a.policy != "rate")]
     out = [f"cluster.autoscaler.{n}={getattr(a, n)} is ignored: cluster.autoscaler.policy="
            f"{a.policy} does not read it" for n in _changed(a, AutoscalerConfig, unread)]
     if nodes and a.policy == "slo":

@@ -17,12 +17,15 @@ the SimPy engine. Both give the same records to float rounding
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from sim.compiled import kernel as K
 from sim.compiled import keyed_queue as Q
 from sim.compiled import step_schedule as S
 from sim.compiled.pricing import Prices, packable
+from sim.compiled.scaling import why_not_scaled
 from sim.config.backend import overlaps
 from sim.engine.replica import TIMELINE_COLUMNS
 from sim.errors import ConfigError
@@ -72,7 +75,8 @@ def why_not_compiled(cfg, run) -> str:
         (len(pool.replicas) > 1 and c.router not in ROUTERS,
          f"router {c.router} (compiled: {', '.join(ROUTERS)})"),
         (c.failure.mtbf_s is not None or bool(cluster.speeds), "faults"),
-        (cluster.autoscaler is not None, "cluster.autoscaler"),
+        (bool(why_not_scaled(cluster.autoscaler, run)), why_not_scaled(cluster.autoscaler,
+                                                                       run)),
         (cluster.checker is not None, "check_invariants"),
         (run.itl._samples is not None, "keep_itl_samples"),
     ]
@@ -133,8 +137,10 @@ class CompiledPool:
         rs = np.zeros((R, S.NUM_FIELDS), np.int64)
         rs[:, S.FREE] = [p.kv.free_blocks for p in pool.parts]
         rs[:, S.CHUNKED] = -1
-        rf = np.zeros((R, 3))
+        rs[:, S.ALIVE] = [int(a) for a in pool.view.alive]
+        rf = np.zeros((R, S.NUM_FLOATS))
         rf[:, S.RATIO] = S.INIT_NEW_TOKEN_RATIO
+        self.fresh = (rs[0].copy(), rf[0].copy())  # a replica's rows as built (a restart)
         ids = lambda: np.zeros((R, m), np.int64)  # noqa: E731
         # per replica: state, (step start, end, SGLang's ratio), running, batch ids, new and
         # cached tokens;
@@ -160,7 +166,8 @@ class CompiledPool:
                                np.int64)))
         self.state = np.zeros(K.NUM_STATE, np.int64)
         self.state[K.PENDING] = -1
-        self.clock = np.zeros(1)
+        self.clock = np.array([0.0, math.inf])  # now; when the caller's next event is due
+        self.on_due = None  # runs the caller's event due at clock[1] (sim.compiled.scaling)
         self.cfg = np.array([sched.max_num_batched_tokens, sched.max_num_seqs,
                              sched.long_prefill_token_threshold,
                              int(sched.enable_chunked_prefill), kv.block_size, kv.num_blocks,
@@ -215,6 +222,8 @@ class CompiledPool:
                 p.fill_seqs(int(st[K.NEED]))
             elif code == K.CHUNK_FULL:
                 self._flush()
+            elif code == K.DUE:
+                self.on_due()
             elif code == K.STALLED:
                 self._flush()
                 stuck = np.flatnonzero(np.isnan(self.run_.table.completion))

@@ -40,11 +40,12 @@ from sim.compiled.overlap import came_before
 from sim.compiled.step_price import price_step
 
 # ``run``'s return codes
-DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED = range(6)
-# entries of the run's integer state vector
+DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED, DUE = range(7)
+# entries of the run's integer state vector (DUE_STAMP: the stamp of the caller's event due at
+# ``clock[1]``, at which ``run`` returns ``DUE``: an autoscaler's evaluation, a replica ready)
 (CURSOR, ENDED, NEED, ROWS, HEAP, PENDING, QHEAD, QCOUNT, RR, TURN, STAMP,
- OPEN_STAMP, STEPS) = range(13)
-NUM_STATE = 13
+ OPEN_STAMP, STEPS, DUE_STAMP) = range(14)
+NUM_STATE = 14
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
 ROUND_ROBIN, LEAST_OUTSTANDING = range(2)  # routers
 ADMITTING = 0  # a replica's frontend clock that admits (1: its streaming process, if its own)
@@ -102,21 +103,26 @@ def _route(rs, st, router):
     n = rs.shape[0]
     if n == 1:
         return 0
-    if router == ROUND_ROBIN:
-        r = st[RR]
-        st[RR] = (r + 1) % n
-        return r
-    low, ties = rs[0, S.OUT], 1
-    for r in range(1, n):  # the fewest outstanding, and how many replicas have it
+    if router == ROUND_ROBIN:  # the next replica in turn that is up
+        for _ in range(n):
+            r = st[RR]
+            st[RR] = (r + 1) % n
+            if rs[r, S.ALIVE]:
+                return r
+        return -1
+    low, ties = -1, 0
+    for r in range(n):  # the fewest outstanding of those up, and how many have it
+        if not rs[r, S.ALIVE]:
+            continue
         out = rs[r, S.OUT]
-        if out < low:
+        if ties == 0 or out < low:
             low, ties = out, 1
         elif out == low:
             ties += 1
     st[TURN] += 1
     k = st[TURN] % ties
     for r in range(n):
-        if rs[r, S.OUT] == low:
+        if rs[r, S.ALIVE] and rs[r, S.OUT] == low:
             if k == 0:
                 return r
             k -= 1
@@ -329,6 +335,8 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         heap = clients[2]
         if st[HEAP] and H.before(heap[0][0], heap[1][0], when, stamp):
             when, stamp, kind = heap[0][0], heap[1][0], 2
+        if H.before(clock[1], st[DUE_STAMP], when, stamp):  # the caller's event
+            when, stamp, kind = clock[1], st[DUE_STAMP], 3
         if st[QCOUNT] and when > now:
             # what was created at this instant, in order, once everything created before
             # and due now has happened
@@ -345,6 +353,8 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         if kind < 0:
             return DONE if st[ENDED] == n else STALLED
         clock[0] = when
+        if kind == 3:
+            return DUE
         if kind == 1:
             _release_open(t, order, refusal, clients, router, pool, st, cfg)
         elif kind == 2:
@@ -370,6 +380,8 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
             done = S.update(seen, t, running[r], rs[r], rs[r, S.NB], bids[r], bnew[r], emit,
                             gaps, itl)
             rs[r, S.OUT] -= done
+            if done and rs[r, S.OUT] == 0:
+                rf[r, S.EMPTIED] = when
             for j in range(done):
                 _ended(emit[j], seen, when, clients, instant, R, st)
             _start_after_step(r, when, t, pool, st, cfg, want, need)  # before anything else

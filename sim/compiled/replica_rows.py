@@ -15,11 +15,14 @@ import math
 from sim.compiled.jit import compiled
 
 # fields of a replica's integer state row
-# (CHUNKED: SGLang's request being prefilled in chunks, -1: none)
-FREE, NRUN, WHEAD, WTAIL, WCOUNT, PHASE, NB, QLEN, OUT, STARTED, CHUNKED = range(11)
-NUM_FIELDS = 11
-# fields of a replica's float state row: step start, step end, SGLang's new_token_ratio
-START, END, RATIO = range(3)
+# (CHUNKED: SGLang's request being prefilled in chunks, -1: none; ALIVE: 1 while the router
+# may send it requests, 0 for an autoscaler's replica off, starting or draining)
+FREE, NRUN, WHEAD, WTAIL, WCOUNT, PHASE, NB, QLEN, OUT, STARTED, CHUNKED, ALIVE = range(12)
+NUM_FIELDS = 12
+# fields of a replica's float state row: step start, step end, SGLang's new_token_ratio, when
+# it last came to hold no request (an autoscaler's drain ends then)
+START, END, RATIO, EMPTIED = range(4)
+NUM_FLOATS = 4
 WAITING, RUNNING, FINISHED, REJECTED = 1, 2, 3, 4  # sim.state's status codes
 # the replica config row: max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
 # chunked prefill, block size, blocks, policy, TensorRT-LLM's GUARANTEED_NO_EVICT, chunk_size,

@@ -18,8 +18,10 @@ from sim.compiled.jit import compiled
 from sim.compiled.keyed_queue import FCFS, latest_key, wait_pop_keyed, wait_push
 from sim.compiled.orca_step import schedule_orca
 from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for kernel and core)
+    ALIVE,
     CHUNK,
     CHUNKED,
+    EMPTIED,
     END,
     FINISHED,
     FREE,
@@ -27,6 +29,7 @@ from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for ke
     NO_EVICT,
     NRUN,
     NUM_FIELDS,
+    NUM_FLOATS,
     ORCA,
     ORDER,
     OUT,

@@ -10,10 +10,13 @@ from sim.errors import ConfigError
 
 # the metric each utilisation policy averages over the ready replicas, as the engines
 # export it (vLLM's /metrics: num_requests_waiting, num_requests_running, kv_cache_usage_perc)
+# (rate: the arrivals per second over the last rate_window_s, as Knative's autoscaler on its
+# rps target or KEDA on a gateway's request rate)
 POLICY_METRICS = {"queue": "waiting requests", "running": "running requests",
-                  "kv_usage": "KV-cache usage (0-1)"}
+                  "kv_usage": "KV-cache usage (0-1)", "rate": "arrivals per second"}
 # ... over the ready diffusion nodes (no KV cache there)
-NODE_POLICY_METRICS = {"queue": "waiting jobs", "running": "running jobs (gangs)"}
+NODE_POLICY_METRICS = {"queue": "waiting jobs", "running": "running jobs (gangs)",
+                       "rate": "job arrivals per second"}
 POLICIES = ("none", *POLICY_METRICS, "slo")
 MIN_INTERVAL_S = 1.0
 
@@ -25,20 +28,23 @@ class AutoscalerConfig:
 
     Every ``interval_s`` it reads the ready replicas and recommends a count: a utilisation
     policy as Kubernetes' HPA on an engine metric (``ceil(Σ metric / target)``, no change
-    while the mean is within ``tolerance`` of ``target``), or ``slo`` (one more replica while
-    an observed latency quantile breaks its bound, one fewer while all are below
-    ``scale_down_below`` of it and nothing waits). The recommendation is stabilised as HPA
+    while the mean is within ``tolerance`` of ``target``; ``rate``: the requests arriving per
+    second over the last ``rate_window_s``, ``target`` per replica), or ``slo`` (one more
+    replica while an observed latency quantile breaks its bound, one fewer while all are
+    below ``scale_down_below`` of it and nothing waits). The recommendation is stabilised as HPA
     does (the lowest of the last ``scale_up_stabilization_s`` to grow, the highest of the
     last ``scale_down_stabilization_s`` to shrink) and kept in
     ``[min_replicas, max_replicas]``; ``cluster.replicas`` are ready at the start.
     """
 
-    policy: str = "none"  # none | queue | running | kv_usage | slo
+    policy: str = "none"  # none | queue | running | kv_usage | rate | slo
     min_replicas: int = 1
     max_replicas: int = 8
     interval_s: float = 15.0  # HPA's sync period (at least 1 s)
-    target: float = 4.0  # per ready replica: waiting or running requests, or KV usage
+    # per ready replica: waiting or running requests, KV usage, or arrivals per second
+    target: float = 4.0
     tolerance: float = 0.1  # HPA's default
+    rate_window_s: float = 60.0  # rate: arrivals counted over this (Knative's stable window)
     scale_up_stabilization_s: float = 0.0  # HPA's defaults: grow at once ...
     scale_down_stabilization_s: float = 300.0  # ... shrink on the highest of 5 minutes
     # slo: the bounds (ms; null: not watched), the quantile observed over the last window
@@ -106,7 +112,7 @@ def check_autoscaler(c, nodes: bool = False) -> None:
     # metrics scrapes and HPA syncs run at seconds; a shorter interval only slows the run
     # (each evaluation reads the stabilisation window's recommendations)
     _finite_at_least("interval_s", a.interval_s, MIN_INTERVAL_S)
-    for name in ("target", "slo_window_s", "storage_bandwidth"):
+    for name in ("target", "slo_window_s", "rate_window_s", "storage_bandwidth"):
         _finite_at_least(name, getattr(a, name), 0.0, strict=True)
     for name in ("tolerance", "scale_up_stabilization_s", "scale_down_stabilization_s",
                  "provision_s", "engine_start_s", "gpu_hour_price"):

@@ -143,6 +143,8 @@ class NodePool:
         queued."""
         t, shape = self.table, self.shapes[jid]
         t.arrival[jid] = self.env.now
+        if self.autoscaler is not None:
+            self.autoscaler.arrived(self.env.now)
         unit = self._new_unit([jid], shape, int(t.priority[jid]))
         if self.sizer.need(self.timings.valid(unit)) is None:
             self.end([jid], REJECTED, reject=NO_VALID_PLAN)

@@ -37,6 +37,7 @@ from sim.engine.scaling_policy import (  # noqa: F401 (the policies, read from h
     hpa_recommendation,
     scale_up_delay_s,
     slo_recommendation,
+    windowed_rate,
 )
 from sim.kv.budget import GIB
 
@@ -47,20 +48,38 @@ BILLED = (STARTING, READY, DRAINING)
 SLO_BOUNDS = {"ttft": "slo_ttft_ms", "tpot": "slo_tpot_ms", "latency": "slo_latency_ms"}
 
 
+class SimClock:
+    """The autoscaler's time on a SimPy environment: ``now``, and ``later(delay, action)``
+    (an event ``delay`` from now, ordered after those created before it)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    def later(self, delay: float, action) -> None:
+        self.env.timeout(delay).callbacks.append(lambda _e: action())
+
+
 class Autoscaler:
     """Resizes ``fleet`` (a ``ReplicaFleet`` of LLM replicas, or diffusion nodes:
     ``sim.diffusion.node_fleet.NodeFleet``) in the loop of ``env`` (module doc); the first
     ``ready`` of its units are ready at the start. The fleet tells it what finished
-    (``finished``) and asks it to stop a drained unit (``drained``)."""
+    (``finished``) and asks it to stop a drained unit (``drained``). The compiled loop takes
+    it over (``sim.compiled.scaling``): another clock and fleet, the same decisions."""
 
     def __init__(self, env, fleet, a: AutoscalerConfig, ready: int) -> None:
         self.env, self.fleet, self.a = env, fleet, a
+        self.clock = SimClock(env)
         self.gpus = int(fleet.gpus_per_unit)
         n = fleet.size
         self.state = np.full(n, OFF, np.int8)
         self.state[:ready] = READY
         self._epoch = np.zeros(n, np.int64)  # bumped when a start is cancelled
         self._started_at = np.zeros(n)
+        self.drained_at = np.zeros(n)  # when each unit last began to drain
         self.delay_s = scale_up_delay_s(a, fleet.weight_bytes_per_gpu)
         self.stabilize = Stabilizer(a.scale_up_stabilization_s, a.scale_down_stabilization_s)
         self.log: list[tuple[float, int, int]] = [(0.0, r, int(s))
@@ -69,6 +88,7 @@ class Autoscaler:
         self.bounds = {name: getattr(a, field) * 1e-3 for name, field in SLO_BOUNDS.items()
                        if a.policy == "slo" and getattr(a, field) is not None}
         self._samples: dict[str, deque[tuple[float, float]]] = {n: deque() for n in self.bounds}
+        self._arrivals: deque[float] = deque()  # the rate policy's: arrival times, recent
         for r in np.flatnonzero(self.state == OFF):
             fleet.routable(int(r), False)
         fleet.attach(self)
@@ -81,13 +101,18 @@ class Autoscaler:
         for name, kept in self._samples.items():
             kept.extend((now, float(v)) for v in samples.get(name, ()))
 
+    def arrived(self, now: float) -> None:
+        """A request (or job) reached the fleet now."""
+        if self.a.policy == "rate":
+            self._arrivals.append(now)
+
     def drained(self, r: int) -> None:
         """Unit ``r`` may hold nothing now: if it is draining, it stops after this instant's
         events (the unit's own step or job has returned by then; a replica made ready at this
         very instant has not yet resumed from its restart, where it cannot be
         interrupted)."""
         if self.state[r] == DRAINING and self.fleet.outstanding(r) == 0:
-            self.env.timeout(0).callbacks.append(lambda _e, r=r: self._stop(r))
+            self.clock.later(0.0, lambda: self._stop(r))
 
     def _observed(self, now: float) -> list[tuple[float, float]]:
         """(quantile, bound) of each watched latency over the last window (s)."""
@@ -102,22 +127,30 @@ class Autoscaler:
 
     # ---- deciding -----------------------------------------------------------------------
     def _run(self):
-        a, fleet = self.a, self.fleet
         while True:
-            yield self.env.timeout(a.interval_s)
+            yield self.env.timeout(self.a.interval_s)
             if self.env.peek() == math.inf:  # nothing else will ever happen: a stalled run,
                 return  # which the event loop reports once this process stops ticking
-            now = self.env.now
-            ready = np.flatnonzero(self.state == READY)
-            active = len(ready) + int((self.state == STARTING).sum())
-            if a.policy == "slo":
-                want = slo_recommendation(len(ready), active, self._observed(now),
-                                          fleet.waiting(ready), a.scale_down_below)
-            else:
-                want = hpa_recommendation(len(ready), active, fleet.metric(a.policy, ready),
-                                          a.target, a.tolerance)
-            want = min(max(want, a.min_replicas), a.max_replicas)
-            self._resize(self.stabilize(now, want, active), active)
+            self.evaluate(self.env.now)
+
+    def evaluate(self, now: float) -> None:
+        """One evaluation: recommend, stabilise, start or remove units."""
+        a, fleet = self.a, self.fleet
+        ready = np.flatnonzero(self.state == READY)
+        active = len(ready) + int((self.state == STARTING).sum())
+        if a.policy == "slo":
+            want = slo_recommendation(len(ready), active, self._observed(now),
+                                      fleet.waiting(ready), a.scale_down_below)
+        else:
+            total = (self.arrival_rate(now) if a.policy == "rate"
+                     else fleet.metric(a.policy, ready))
+            want = hpa_recommendation(len(ready), active, total, a.target, a.tolerance)
+        want = min(max(want, a.min_replicas), a.max_replicas)
+        self._resize(self.stabilize(now, want, active), active)
+
+    def arrival_rate(self, now: float) -> float:
+        """The ``rate`` policy's metric: arrivals per second over the last window."""
+        return windowed_rate(self._arrivals, now, self.a.rate_window_s)
 
     def _resize(self, target: int, active: int) -> None:
         """Start or remove units until ``target`` are ready or starting."""
@@ -134,16 +167,17 @@ class Autoscaler:
             self._drain(int(ready[int(np.argmin(held))]))
 
     # ---- acting -------------------------------------------------------------------------
-    def _set(self, r: int, state: int) -> None:
+    def _set(self, r: int, state: int, at: float | None = None) -> None:
+        """Unit ``r`` is in ``state`` from now (or from ``at``, earlier: a drain the compiled
+        loop reports after it ended)."""
         self.state[r] = state
-        self.log.append((float(self.env.now), r, state))
+        self.log.append((float(self.clock.now if at is None else at), r, state))
 
     def _start(self, r: int) -> None:
         self._set(r, STARTING)
-        self._started_at[r] = self.env.now
+        self._started_at[r] = self.clock.now
         epoch = self._epoch[r]
-        self.env.timeout(self.delay_s).callbacks.append(
-            lambda _e, r=r, k=epoch: self._ready(r, k))
+        self.clock.later(self.delay_s, lambda: self._ready(r, epoch))
 
     def _ready(self, r: int, epoch: int) -> None:
         if self._epoch[r] != epoch or self.state[r] != STARTING:  # cancelled meanwhile
@@ -157,6 +191,7 @@ class Autoscaler:
 
     def _drain(self, r: int) -> None:
         self._set(r, DRAINING)
+        self.drained_at[r] = self.clock.now
         self.fleet.routable(r, False)  # the router (or dispatcher) sends it nothing more
         self.drained(r)
 
@@ -172,6 +207,7 @@ class Autoscaler:
         """What the run hands over: the policy, the delay its settings give, the state log
         (``time_s, replica, state`` rows, ``STATES`` codes), GPU-hours and cost to ``now``."""
         log = np.array(self.log, float).reshape(-1, 3)
+        log = log[np.argsort(log[:, 0], kind="stable")]  # (late-reported drains in place)
         gpu_hours = state_seconds(log, BILLED, 0.0, now) * self.gpus / 3600.0
         return {"policy": self.a.policy, "scale_up_delay_s": self.delay_s,
                 "gpus_per_replica": self.gpus, "gpu_hour_price": self.a.gpu_hour_price,

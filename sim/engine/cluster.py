@@ -247,6 +247,8 @@ class Cluster:
     def submit(self, rid: int) -> None:
         """A new request (one some replica can serve) reaches the cluster now."""
         self.submitted[rid] = True
+        if self.autoscaler is not None:
+            self.autoscaler.arrived(self.env.now)
         self.route(self.pools[0], rid)
 
     def assign(self, pool: Pool, rid: int) -> int:

@@ -34,6 +34,7 @@ import simpy
 from simpy.core import EmptySchedule
 
 from sim.compiled.core import PROGRESS_EVERY, CompiledPool, why_not_compiled
+from sim.compiled.scaling import CompiledScaling
 from sim.engine.cluster import Cluster
 from sim.engine.cluster_outputs import cluster_timeline, run_meta, step_totals
 from sim.engine.replica import TIMELINE_COLUMNS
@@ -242,6 +243,8 @@ def run_compiled(run: LLMRun, progress=None) -> tuple[bool, float]:
     """Run ``run`` in the compiled loop (``sim.compiled``): whether Ctrl-C stopped it, and
     the simulated time reached."""
     core = CompiledPool(run)
+    scaler = run.cluster.autoscaler
+    scaling = CompiledScaling(core, scaler, run) if scaler is not None else None
     n, ended = run.table.size, 0
     every = max(1, min(PROGRESS_EVERY, n // 100))  # a progress bar moves by 1% at most
     stop = _StopRequest()
@@ -258,6 +261,8 @@ def run_compiled(run: LLMRun, progress=None) -> tuple[bool, float]:
             return True, core.now
         finally:
             core.finish()
+            if scaling is not None:  # drains that ended before the last event
+                scaling.settle(before=core.now)
     return False, core.now
 
 

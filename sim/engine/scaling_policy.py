@@ -72,6 +72,15 @@ class Stabilizer:
         return current
 
 
+def windowed_rate(arrivals: deque, now: float, window_s: float) -> float:
+    """The ``rate`` policy's metric: arrivals per second in ``(now − window_s, now]``, over
+    the time so far before a whole window has passed; ``arrivals`` (times in order) loses
+    those older than the window."""
+    while arrivals and arrivals[0] <= now - window_s:
+        arrivals.popleft()
+    return len(arrivals) / min(window_s, now)
+
+
 def scale_up_delay_s(a: AutoscalerConfig, weight_bytes_per_gpu: float) -> float:
     """Seconds from a scale-up decision to a ready replica: provisioning, each GPU loading
     its shard of the weights at ``storage_bandwidth``, and the engine's start-up."""

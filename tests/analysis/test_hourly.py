@@ -51,6 +51,41 @@ def test_a_day_on_fixed_replicas_matches_steady_runs_at_each_hours_rate(compose_
     assert high.mean - low.mean > high.half_width + low.half_width
 
 
+def test_zero_delay_and_the_rate_policy_approach_the_per_hour_optimum(compose_cfg):
+    """Issue 21's second target. The capacity search's largest rate one replica sustains
+    under p99 TTFT <= 300 ms (``max_rate``: λ*) gives each hour's optimum,
+    ``autoscaled_replicas`` = ceil(rate / λ*). A day at 2.8 λ* peak on an autoscaler with no
+    scale-up delay and the ``rate`` policy at target λ* (HPA on the arrival rate, 30 s window:
+    the policy that knows the capacity) keeps each hour's mean ready replicas within 0.35 of
+    that optimum, the day's replica-hours within 5%, and the SLO met every hour."""
+    from analysis.autoscaling import hourly_replicas
+    from analysis.capacity_search import Evaluator, max_rate
+    from analysis.forecast import autoscaled_replicas
+
+    base = ("cost_model=constant", "cost_model.step_time_ms=50", "scheduler.max_num_seqs=4",
+            "workload.input_tokens=50", "workload.output_tokens=10", "slo=none")
+    one = compose_cfg(*base, "workload.num_requests=1500")
+    ev = Evaluator(one, {"p99_ttft_ms": 300.0}, [0], "auto", 0.95)
+    lam = max_rate(lambda r: ev(r, 1), 4.0, 0.05, 0.1, 100.0, 12).rate
+    profile, hour_s, peak = [0.25, 0.5, 1.0, 1.0, 0.75, 0.5], 150.0, 2.8 * lam
+    day = compose_cfg(*base, f"workload.rate={peak}", f"workload.rate_profile.hourly={profile}",
+                      f"workload.rate_profile.hour_s={hour_s}", "cluster=autoscaled",
+                      "cluster.autoscaler.policy=rate", f"cluster.autoscaler.target={lam}",
+                      "cluster.autoscaler.rate_window_s=30", "cluster.autoscaler.interval_s=5",
+                      "cluster.autoscaler.provision_s=0", "cluster.autoscaler.engine_start_s=0",
+                      "cluster.autoscaler.storage_bandwidth=1e30",
+                      "cluster.autoscaler.scale_down_stabilization_s=0")
+    rec = simulate(day, requests_for_seed(day.workload, 0))
+    optimum = autoscaled_replicas(peak, profile, lam, 0)
+    assert optimum.tolist() == [1, 2, 3, 3, 3, 2]
+    ready = np.array([h["ready_replicas"] for h in hourly_replicas(rec.meta, rec.requests,
+                                                                    hour_s, len(profile))])
+    assert np.abs(ready - optimum).max() <= 0.35, ready
+    assert ready.sum() == pytest.approx(optimum.sum(), rel=0.05)
+    p99 = [h["p99_ttft_ms"] for h in hourly_metrics(rec.requests, hour_s, len(profile))]
+    assert max(p99) <= 300.0, p99
+
+
 def test_hourly_rows_count_each_request_in_the_hour_it_arrived():
     req = pd.DataFrame({
         "request_id": [0, 1, 2, 3], "arrival_s": [0.5, 1.5, 1.9, 3.5],

@@ -4,6 +4,7 @@ SimPy, the scale-up delay by hand, and runs in which replicas start and drain.""
 from __future__ import annotations
 
 import signal
+from collections import deque
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from sim.engine.autoscaler import (
     slo_recommendation,
     state_seconds,
     while_starting,
+    windowed_rate,
 )
 from sim.errors import ConfigError
 
@@ -61,6 +63,16 @@ def test_the_kv_usage_policy_is_hpa_on_the_mean_usage():
 def test_the_slo_policy_steps_one_replica_on_the_observed_quantiles(ready, current, observed,
                                                                     waiting, expected):
     assert slo_recommendation(ready, current, observed, waiting, 0.5) == expected
+
+
+def test_the_rate_policy_counts_the_arrivals_of_its_window():
+    assert windowed_rate(deque([1.0, 2.0, 3.0]), 3.0, 60.0) == 1.0  # before a whole
+    arrivals = deque([1.0, 2.0, 3.0, 10.0, 11.0])  # window: over the time so far
+    assert windowed_rate(arrivals, 12.0, 5.0) == 2 / 5.0  # 10 and 11 are in (7, 12]
+    assert list(arrivals) == [10.0, 11.0]  # the older ones are dropped
+    assert windowed_rate(arrivals, 15.0, 5.0) == 1 / 5.0  # 10 is exactly 5 s old: out
+    # a pool of 3 replicas at 4 req/s each on 17 req/s: HPA on the rate asks for 5
+    assert hpa_recommendation(3, 3, 17.0, 4.0, 0.1) == 5
 
 
 def test_stabilization_grows_on_the_lowest_and_shrinks_on_the_highest_recommendation():
@@ -182,7 +194,7 @@ def test_an_autoscaler_held_at_a_fixed_count_changes_nothing(compose_cfg):
     req = requests_for_seed(fixed.workload, 0)
     a, b = simulate(fixed, req), simulate(held, req)
     pd.testing.assert_frame_equal(a.requests, b.requests)
-    assert b.meta["engine"] == "python (cluster.autoscaler)"
+    assert b.meta["engine"].startswith("python")  # both on the SimPy engine
 
 
 @pytest.mark.parametrize("over, field", [
@@ -201,6 +213,8 @@ def test_an_autoscaler_held_at_a_fixed_count_changes_nothing(compose_cfg):
       "cluster.autoscaler.slo_quantile=1"], "cluster.autoscaler.slo_quantile"),
     (["cluster.autoscaler.policy=queue", "cluster.autoscaler.interval_s=0.5"],
      "cluster.autoscaler.interval_s"),
+    (["cluster.autoscaler.policy=rate", "cluster.autoscaler.rate_window_s=0"],
+     "cluster.autoscaler.rate_window_s"),
 ])
 def test_a_bad_autoscaler_is_one_error_naming_its_field(compose_cfg, over, field):
     cfg = compose_cfg(*over, "workload.num_requests=5")
@@ -313,3 +327,47 @@ def test_the_slo_policy_can_bound_the_end_to_end_latency(compose_cfg):
     ups = log[(log[:, 2] == STARTING) & (log[:, 0] > 0), 0]
     assert ups.tolist() == [5.0, 20.0]  # one at a time: the first ready at 15 s
     assert (rec.requests["status"] == "completed").all()
+
+
+DAY = ("workload=diurnal", "workload.rate_profile.hour_s=5", "workload.rate=30",
+       "cluster=autoscaled", "cluster.autoscaler.interval_s=2", "cluster.autoscaler.provision_s=3",
+       "cluster.autoscaler.engine_start_s=0", "cluster.autoscaler.scale_down_stabilization_s=6")
+
+
+@pytest.mark.parametrize("over", [
+    ("cluster.autoscaler.policy=running", "cluster.router=round_robin"),
+    ("cluster.autoscaler.policy=queue", "cluster.autoscaler.target=3", "scheduler=sglang"),
+    ("cluster.autoscaler.policy=kv_usage", "cluster.autoscaler.target=0.05",
+     "scheduler=sarathi"),
+    ("cluster.autoscaler.policy=rate", "cluster.autoscaler.target=5",
+     "cluster.autoscaler.rate_window_s=6", "cluster.autoscaler.provision_s=0",
+     "cluster.autoscaler.storage_bandwidth=1e30", "cluster.autoscaler.scale_down_stabilization_s=0"),
+], ids=["running-rr", "queue-sglang", "kv_usage-sarathi", "rate-no-delay"])
+def test_the_compiled_loop_scales_as_the_simpy_engine(compose_cfg, over):
+    """A compressed day on the autoscaler, SimPy engine against the compiled loop: the same
+    requests (to 1e-9 s), the same state log (starts, readies, drains, stops, restarts of
+    stopped replicas), the same GPU-hours."""
+    runs = {}
+    for engine in ("python", "auto"):
+        cfg = compose_cfg(*DAY, *over, f"engine={engine}")
+        runs[engine] = simulate(cfg, requests_for_seed(cfg.workload, 0))
+    a, b = runs["python"], runs["auto"]
+    assert b.meta["engine"] == "compiled"
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=False, rtol=0, atol=1e-9)
+    la, lb = a.meta["autoscaler"]["log"], b.meta["autoscaler"]["log"]
+    assert la.shape == lb.shape and np.allclose(la, lb, rtol=0, atol=1e-9)
+    assert (la[:, 2] == OFF).sum() > 8 and (la[:, 2] == DRAINING).sum() >= 3
+    assert b.meta["autoscaler"]["gpu_hours"] == pytest.approx(a.meta["autoscaler"]["gpu_hours"],
+                                                              rel=1e-12)
+
+
+@pytest.mark.parametrize("over, why", [
+    (("cluster.autoscaler.policy=slo", "cluster.autoscaler.slo_ttft_ms=500"),
+     "cluster.autoscaler.policy=slo"),
+    (("cluster.autoscaler.policy=rate", "workload=closed_loop"),
+     "cluster.autoscaler.policy=rate with closed-loop clients"),
+])
+def test_autoscalers_the_compiled_loop_cannot_run_say_why(compose_cfg, over, why):
+    cfg = compose_cfg("cluster=autoscaled", *over, "workload.num_requests=30")
+    rec = simulate(cfg, requests_for_seed(cfg.workload, 0))
+    assert rec.meta["engine"] == f"python ({why})"
