@@ -341,7 +341,8 @@ DAY = ("workload=diurnal", "workload.rate_profile.hour_s=5", "workload.rate=30",
      "scheduler=sarathi"),
     ("cluster.autoscaler.policy=rate", "cluster.autoscaler.target=5",
      "cluster.autoscaler.rate_window_s=6", "cluster.autoscaler.provision_s=0",
-     "cluster.autoscaler.storage_bandwidth=1e30", "cluster.autoscaler.scale_down_stabilization_s=0"),
+     "cluster.autoscaler.storage_bandwidth=1e30",
+     "cluster.autoscaler.scale_down_stabilization_s=0"),
 ], ids=["running-rr", "queue-sglang", "kv_usage-sarathi", "rate-no-delay"])
 def test_the_compiled_loop_scales_as_the_simpy_engine(compose_cfg, over):
     """A compressed day on the autoscaler, SimPy engine against the compiled loop: the same
