@@ -55,6 +55,15 @@ def time_span(timeline: pd.DataFrame, meta: dict) -> tuple[float, float]:
     return (lo, hi) if lo <= hi else (0.0, 0.0)
 
 
+def _add(total: np.ndarray, key: np.ndarray, x: np.ndarray, rows: int) -> np.ndarray:
+    """``total`` (replica rows × bins, grown to ``rows``) plus ``x`` summed by ``key`` =
+    replica × bins + bin."""
+    points = total.shape[1]
+    out = np.zeros((rows, points))
+    out[:len(total)] = total
+    return out + np.bincount(key, weights=x, minlength=rows * points).reshape(rows, points)
+
+
 def binned(timeline: pd.DataFrame, meta: dict, values: dict, points: int,
            span: tuple[float, float], by_replica: bool = True) -> pd.DataFrame:
     """Per replica (``by_replica``; else every replica's steps together, as replica 0) and
@@ -64,30 +73,28 @@ def binned(timeline: pd.DataFrame, meta: dict, values: dict, points: int,
     lo, hi = span
     edges = np.linspace(lo, max(hi, lo + 1e-12), points + 1)
     columns = sorted({c for cols, _ in values.values() for c in cols})
-    weight: dict[int, np.ndarray] = {}
-    sums: dict[int, dict[str, np.ndarray]] = {}
+    # (replica, bin) sums, one row of ``points`` bins per replica id, grown as ids appear
+    weight = np.zeros((0, points))
+    sums = {name: np.zeros((0, points)) for name in values}
     for b in step_batches(timeline, meta, columns):
         bins = np.clip(np.searchsorted(edges, b["time_s"], side="right") - 1, 0, points - 1)
         w = b["step_time_s"]
-        per_step = {name: np.asarray(fn(b), float) for name, (_, fn) in values.items()}
-        replica = b["replica"] if by_replica else np.zeros(len(w), np.int32)
-        for r in np.unique(replica):
-            mine = replica == r
-            key = int(r)
-            if key not in weight:
-                weight[key] = np.zeros(points)
-                sums[key] = {name: np.zeros(points) for name in values}
-            weight[key] += np.bincount(bins[mine], weights=w[mine], minlength=points)
-            for name, x in per_step.items():
-                sums[key][name] += np.bincount(bins[mine], weights=x[mine] * w[mine],
-                                               minlength=points)
+        replica = (b["replica"].astype(np.int64) if by_replica
+                   else np.zeros(len(w), np.int64))
+        if not len(w):
+            continue
+        rows = max(int(replica.max()) + 1, len(weight))
+        key = replica * points + bins  # one bincount per value, every replica at once
+        weight = _add(weight, key, w, rows)
+        for name, (_, fn) in values.items():
+            sums[name] = _add(sums[name], key, np.asarray(fn(b), float) * w, rows)
     mid = (edges[:-1] + edges[1:]) / 2
     frames = []
-    for r in sorted(weight):
+    for r in np.flatnonzero(weight.sum(axis=1) > 0):
         keep = weight[r] > 0
-        frame = {"time_s": mid[keep], "replica": np.full(int(keep.sum()), r)}
+        frame = {"time_s": mid[keep], "replica": np.full(int(keep.sum()), int(r))}
         for name in values:
-            frame[name] = sums[r][name][keep] / weight[r][keep]
+            frame[name] = sums[name][r][keep] / weight[r][keep]
         frames.append(pd.DataFrame(frame))
     if not frames:
         return pd.DataFrame({"time_s": [], "replica": [], **{n: [] for n in values}})
