@@ -131,10 +131,12 @@ def _bin_means(t: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarr
     return np.diff(at) / np.diff(edges)
 
 
-def _heat_map(fig: Figure, axes, grid: pd.DataFrame, n: int, end: float, gpus: int) -> None:
+def _heat_map(fig: Figure, axes, grid: pd.DataFrame, n: int, end: float, gpus: int,
+              down_label: str = "node down") -> None:
     """Busy GPUs per node and bin as colours on ``axes[0]``, with a colour bar beside both
-    axes (so their time axes stay aligned); a bin in which the node was down most of the
-    time in ``DOWN_COLOUR`` (an idle node is the colour map's 0)."""
+    axes (so their time axes stay aligned); a bin in which the node was down (or off) most
+    of the time in ``DOWN_COLOUR``, labelled ``down_label`` (an idle node is the colour
+    map's 0)."""
     ax = axes[0]
     busy = grid.pivot(index="node", columns="time_s", values="busy_gpus").to_numpy()
     down = grid.pivot(index="node", columns="time_s", values="down").to_numpy()
@@ -146,7 +148,7 @@ def _heat_map(fig: Figure, axes, grid: pd.DataFrame, n: int, end: float, gpus: i
     ax.set_ylabel("node")
     _node_ticks(ax, n)
     if (down > 0.5).any():
-        ax.legend(handles=[Patch(color=DOWN_COLOUR, label="node down")], loc="upper right",
+        ax.legend(handles=[Patch(color=DOWN_COLOUR, label=down_label)], loc="upper right",
                   fontsize="small")
 
 
@@ -199,7 +201,8 @@ def node_occupancy_figure(records: DiffusionRecords) -> Figure:
             axes[0].axvspan(f["down_s"], f["up_s"] if f["up_s"] is not None else end,
                             color="grey", alpha=0.15, linewidth=0)
     else:
-        _heat_map(fig, axes, grid, n, end, gpus)
+        _heat_map(fig, axes, grid, n, end, gpus, "node off or down" if "autoscaler" in meta
+                  else "node down")
     total = grid.groupby("time_s", sort=True)["busy_gpus"].sum()
     axes[1].plot(total.index, total.to_numpy(), linewidth=0.8)
     axes[1].set_ylim(0, max(1, n * gpus) * 1.05)
