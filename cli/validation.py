@@ -228,9 +228,14 @@ def check_cluster_scale(cfg: Any) -> None:
     and scheduler), and cluster times (``*_s``: failures, repairs, episodes) the float clock
     resolves."""
     c = cfg.cluster
-    for name in ("replicas", "prefill_replicas", "decode_replicas", "nodes"):
-        if getattr(c, name) > MAX_REPLICAS:
-            raise ConfigError(f"cluster.{name}", getattr(c, name), f"must be <= {MAX_REPLICAS}")
+    counts = [(f"cluster.{n}", getattr(c, n)) for n in ("replicas", "prefill_replicas",
+                                                          "decode_replicas", "nodes")]
+    a = c.get("autoscaler") if hasattr(c, "get") else getattr(c, "autoscaler", None)
+    if a is not None:  # an autoscaler's pool is built at its max_replicas
+        counts.append(("cluster.autoscaler.max_replicas", a.max_replicas))
+    for name, value in counts:
+        if value > MAX_REPLICAS:
+            raise ConfigError(name, value, f"must be <= {MAX_REPLICAS}")
     for path, value in _leaves(_container(c), "cluster"):
         if path.endswith("_s") and isinstance(value, (int, float)) and value > MAX_TIME_S:
             raise ConfigError(path, value, f"must be at most {MAX_TIME_S:g} s")

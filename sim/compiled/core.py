@@ -10,7 +10,8 @@ earliest-deadline-first, Sarathi-Serve, TensorRT-LLM, SGLang, Orca: recompute pr
 prefix cache), the roofline cost model on
 one pipeline stage with full GQA attention in every layer, no faults, ITL kept as a
 histogram, no invariant checks; open-loop arrivals and closed-loop clients alike; an
-autoscaler with a utilisation or rate policy (``sim.compiled.scaling``).
+autoscaler with a utilisation policy, or the rate policy on open-loop arrivals
+(``sim.compiled.scaling.why_not_scaled``).
 ``engine: auto`` (the default) takes it wherever that holds; ``engine: python`` always runs
 the SimPy engine. Both give the same records to float rounding
 (``tests/sim/schedulers/test_compiled_core.py``).

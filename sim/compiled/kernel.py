@@ -1,11 +1,13 @@
 """The compiled event loop of one pool of vLLM-style replicas behind a router.
 
-One call of ``run`` processes events in time order — an arrival (routed, queued, waking an
-idle replica), the end of a replica's step (its tokens land, finished requests end, it
-schedules its next batch at once) — until every request has ended, the timeline chunk is full,
-``max_ended`` requests have ended in total, or a step needs a price row that
-``sim.compiled.pricing.Prices`` has not filled yet (it then returns with that step scheduled
-but not priced, and prices it first when called again). It does in compiled code what
+One call of ``run`` processes events in time order — an arrival (routed to a replica that is
+up, queued, waking an idle replica), the end of a replica's step (its tokens land, finished
+requests end, it schedules its next batch at once) — until every request has ended, the
+timeline chunk is full, ``max_ended`` requests have ended in total, a step needs a price row
+that ``sim.compiled.pricing.Prices`` has not filled yet (it then returns with that step
+scheduled but not priced, and prices it first when called again), or the caller's event at
+``clock[1]`` is due (``DUE``: an autoscaler's, ``sim.compiled.scaling``; in the same time and
+stamp order as the others). It does in compiled code what
 ``sim.engine.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler`` (FCFS or a
 keyed order, recompute preemption, no prefix cache; ``sim.compiled.step_schedule``) and the
 other compiled policies, ``RooflineCostModel.step_cost`` with its host's scheduling and
@@ -42,10 +44,13 @@ from sim.compiled.step_price import price_step
 # ``run``'s return codes
 DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED, DUE = range(7)
 # entries of the run's integer state vector (DUE_STAMP: the stamp of the caller's event due at
-# ``clock[1]``, at which ``run`` returns ``DUE``: an autoscaler's evaluation, a replica ready)
+# ``clock[1]``, at which ``run`` returns ``DUE``: an autoscaler's evaluation, a replica ready;
+# LAST_STAMP: the stamp of the last event processed, ``LAST_NOW`` for one created at its
+# instant)
 (CURSOR, ENDED, NEED, ROWS, HEAP, PENDING, QHEAD, QCOUNT, RR, TURN, STAMP,
- OPEN_STAMP, STEPS, DUE_STAMP) = range(14)
-NUM_STATE = 14
+ OPEN_STAMP, STEPS, DUE_STAMP, LAST_STAMP) = range(15)
+NUM_STATE = 15
+LAST_NOW = 1 << 62  # (after every stamp of an event created before the instant)
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
 ROUND_ROBIN, LEAST_OUTSTANDING = range(2)  # routers
 ADMITTING = 0  # a replica's frontend clock that admits (1: its streaming process, if its own)
@@ -278,7 +283,7 @@ def _start(r, now, t, pool, st, cfg, want, need):
 @compiled
 def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratch, rows, itl,
         max_ended):
-    """Advance the pool (module doc); returns a code of ``DONE`` … ``STALLED``."""
+    """Advance the pool (module doc); returns a code of ``DONE`` … ``DUE``."""
     tok, head_tok, head_seq, prm, etas = prices
     rs, rf, running, bids, bnew, bctx, _, instant, ends, _ = pool
     want, need, emit, gaps, x, cost = scratch
@@ -340,6 +345,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         if st[QCOUNT] and when > now:
             # what was created at this instant, in order, once everything created before
             # and due now has happened
+            st[LAST_STAMP] = LAST_NOW
             item = instant[st[QHEAD]]
             st[QHEAD] = (st[QHEAD] + 1) % len(instant)
             st[QCOUNT] -= 1
@@ -355,6 +361,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
         clock[0] = when
         if kind == 3:
             return DUE
+        st[LAST_STAMP] = stamp
         if kind == 1:
             _release_open(t, order, refusal, clients, router, pool, st, cfg)
         elif kind == 2:
@@ -381,7 +388,7 @@ def run(t, order, refusal, clients, router, pool, st, clock, cfg, prices, scratc
                             gaps, itl)
             rs[r, S.OUT] -= done
             if done and rs[r, S.OUT] == 0:
-                rf[r, S.EMPTIED] = when
+                rf[r, S.EMPTIED], rf[r, S.EMPTIED_STAMP] = when, stamp
             for j in range(done):
                 _ended(emit[j], seen, when, clients, instant, R, st)
             _start_after_step(r, when, t, pool, st, cfg, want, need)  # before anything else

@@ -20,9 +20,10 @@ from sim.compiled.jit import compiled
 FREE, NRUN, WHEAD, WTAIL, WCOUNT, PHASE, NB, QLEN, OUT, STARTED, CHUNKED, ALIVE = range(12)
 NUM_FIELDS = 12
 # fields of a replica's float state row: step start, step end, SGLang's new_token_ratio, when
-# it last came to hold no request (an autoscaler's drain ends then)
-START, END, RATIO, EMPTIED = range(4)
-NUM_FLOATS = 4
+# it last came to hold no request and the stamp of that step's event (an autoscaler's drain
+# ends then)
+START, END, RATIO, EMPTIED, EMPTIED_STAMP = range(5)
+NUM_FLOATS = 5
 WAITING, RUNNING, FINISHED, REJECTED = 1, 2, 3, 4  # sim.state's status codes
 # the replica config row: max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold,
 # chunked prefill, block size, blocks, policy, TensorRT-LLM's GUARANTEED_NO_EVICT, chunk_size,

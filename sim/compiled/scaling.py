@@ -9,12 +9,16 @@ and decisions, on another clock and another view of the replicas.
   (``ALIVE``), requests held, waiting, running and KV blocks; a replica started gets the rows
   it was built with, as ``Cluster.repair`` gives it a fresh scheduler and KV cache.
 - A draining replica stops when its last request ends, inside the kernel: the kernel notes
-  when it came to hold nothing (``EMPTIED``) and the stop is logged with that time before
-  the next event of the autoscaler (or at the end). SimPy runs that stop after the events
-  created before it at its instant, so a replica emptied at the very instant of the next
-  event stays draining through it, as here.
-- ``rate``: the open-loop arrivals the cluster accepts, sorted once; the window's count is two
-  searches.
+  when it came to hold nothing and by which step's event (``EMPTIED``, ``EMPTIED_STAMP``),
+  and the stop is logged with that time before the autoscaler's next event (``settle``).
+  SimPy runs that stop after the events created before it at its instant, so a replica
+  emptied at the very instant of the next event stays draining through it, as here.
+- The run's end: SimPy stops at an event created by the final one, so the autoscaler's events
+  due at that instant and created before it still run, and so do the stops of replicas
+  emptied by an earlier event of that instant (``finish``).
+- ``rate``: the open-loop arrivals the cluster accepts, sorted once; the window's count is a
+  search and the kernel's cursor (arrivals due at the evaluation's instant count if they
+  came first).
 
 ``why_not_scaled`` says which autoscalers stay on the SimPy engine: the ``slo`` policy (it
 reads each finished request's latencies as the engine reports them) and ``rate`` with
@@ -31,7 +35,7 @@ import numpy as np
 
 from sim.compiled import kernel as K
 from sim.compiled import step_schedule as S
-from sim.engine.autoscaler import DRAINING, OFF
+from sim.engine.autoscaler import DRAINING
 
 
 def why_not_scaled(autoscaler, run) -> str:
@@ -70,6 +74,12 @@ class DueEvents:
     def pending(self) -> int:
         """Events not yet run."""
         return len(self._heap)
+
+    def first_due(self) -> float:
+        return self._heap[0][0]
+
+    def first_stamp(self) -> int:
+        return self._heap[0][1]
 
     def run_first(self) -> None:
         """Run the event the kernel stopped at (due now)."""
@@ -132,34 +142,50 @@ class CompiledScaling:
     def __init__(self, core, autoscaler, run) -> None:
         self.core, self.scaler = core, autoscaler
         self.events = DueEvents(core)
-        autoscaler.fleet = CompiledFleet(core, autoscaler.fleet)
-        autoscaler.clock = self.events
+        rate = None
         if autoscaler.a.policy == "rate":
-            t, order = run.table, core.order
-            accepted = order[core.refusal[order] == 0]
-            self._times = np.sort(t.arrival[accepted])
-            autoscaler.arrival_rate = self._rate
+            order = core.order
+            accepted = core.refusal[order] == 0
+            self._times = np.sort(run.table.arrival[order[accepted]])
+            # accepted arrivals among the first k of ``order`` (all released by the cursor)
+            self._released = np.concatenate([[0], np.cumsum(accepted)])
+            rate = self._rate
+        autoscaler.run_on(self.events, CompiledFleet(core, autoscaler.fleet), rate)
+        # per replica, (time, stamp) of the event that drained it last
+        self._drained = np.full((autoscaler.fleet.size, 2), -np.inf)
+        self._final = False
         core.on_due = self._due
         # the first evaluation was created at 0 before any arrival or step: the earliest stamp
         self.events.later(autoscaler.a.interval_s, self._tick, stamp=-1)
 
     def _rate(self, now: float) -> float:
-        """Accepted arrivals per second in (now − window, now] (``windowed_rate``)."""
+        """Accepted arrivals per second in (now − window, now], of those released so far (at
+        the evaluation's instant, an arrival due then counts if it came first: SimPy's
+        order), as ``windowed_rate`` counts them."""
         w = self.scaler.a.rate_window_s
-        k = np.searchsorted(self._times, [now - w, now], side="right")
-        return float(k[1] - k[0]) / min(w, now)
+        released = self._released[self.core.state[K.CURSOR]]
+        return float(released - np.searchsorted(self._times, now - w, side="right")) / min(
+            w, now)
 
     def _due(self) -> None:
-        self.settle(before=self.core.now)
+        """The kernel stopped at our first event: drains that ended before this instant
+        first, then the event; replicas it drained are noted with its time and stamp."""
+        now, stamp = self.core.now, self.events.first_stamp()
+        self.settle(before=now)
+        was = self.scaler.state.copy()
         self.events.run_first()
+        drained = np.flatnonzero((self.scaler.state == DRAINING) & (was != DRAINING))
+        self._drained[drained] = (now, stamp)
 
     def _tick(self) -> None:
         """An evaluation; the next is due ``interval_s`` later, unless nothing else will ever
-        happen (a stalled run: the kernel then reports it, as the SimPy engine does)."""
-        if self._idle():
+        happen (a stalled run: the kernel then reports it, as the SimPy engine does) or this
+        is the run's last instant."""
+        if not self._final and self._idle():
             return
         self.scaler.evaluate(self.core.now)
-        self.events.later(self.scaler.a.interval_s, self._tick)
+        if not self._final:
+            self.events.later(self.scaler.a.interval_s, self._tick)
 
     def _idle(self) -> bool:
         """Whether the kernel has nothing scheduled and no other event of ours is pending."""
@@ -168,13 +194,31 @@ class CompiledScaling:
         return not (st[K.STEPS] or st[K.HEAP] or st[K.QCOUNT] or st[K.PENDING] >= 0
                     or arrivals_left or self.events.pending())
 
-    def settle(self, before: float = math.inf) -> None:
-        """Log the stop of every draining replica that came to hold nothing before
-        ``before``, at the time it did."""
-        s = self.scaler
+    def finish(self, complete: bool) -> None:
+        """The run ended at ``core.now`` (``complete``: every request ended). SimPy ends it
+        with an event created by the final one: our events due then, all created before it,
+        run first (not those they create), then the stops of replicas emptied at that instant
+        before the final event. Interrupted: the drains that ended before now."""
+        now = self.core.now
+        if complete:
+            cutoff = int(self.core.state[K.STAMP])
+            self._final = True
+            while (self.events.pending() and self.events.first_due() == now
+                   and self.events.first_stamp() <= cutoff):
+                self._due()
+        self.settle(before=now, final=int(self.core.state[K.LAST_STAMP]) if complete else None)
+
+    def settle(self, before: float, final: int | None = None) -> None:
+        """Log the stop of every draining replica that came to hold nothing after it began
+        to drain and before ``before`` (at ``before`` itself: by an event before the
+        ``final`` one), at the time it did. (One empty when it began to drain stops through
+        its own event.)"""
+        s, rs, rf = self.scaler, self.core.pool[0], self.core.pool[1]
         for r in np.flatnonzero(s.state == DRAINING):
             r = int(r)
-            # (one empty when it began to drain stops through its own event, at that time)
-            at = max(float(self.core.pool[1][r, S.EMPTIED]), float(s.drained_at[r]))
-            if self.core.pool[0][r, S.OUT] == 0 and at < before:
-                s._set(r, OFF, at=at)
+            emptied = (float(rf[r, S.EMPTIED]), float(rf[r, S.EMPTIED_STAMP]))
+            if rs[r, S.OUT] or emptied <= tuple(self._drained[r]):
+                continue
+            if emptied[0] < before or (final is not None and emptied[0] == before
+                                       and emptied[1] < final):
+                s.stopped(r, emptied[0])

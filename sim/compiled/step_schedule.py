@@ -22,6 +22,7 @@ from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for ke
     CHUNK,
     CHUNKED,
     EMPTIED,
+    EMPTIED_STAMP,
     END,
     FINISHED,
     FREE,

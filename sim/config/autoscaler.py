@@ -15,7 +15,7 @@ from sim.errors import ConfigError
 POLICY_METRICS = {"queue": "waiting requests", "running": "running requests",
                   "kv_usage": "KV-cache usage (0-1)", "rate": "arrivals per second"}
 # ... over the ready diffusion nodes (no KV cache there)
-NODE_POLICY_METRICS = {"queue": "waiting jobs", "running": "running jobs (gangs)",
+NODE_POLICY_METRICS = {"queue": "waiting jobs", "running": "running gangs (a batch is one)",
                        "rate": "job arrivals per second"}
 POLICIES = ("none", *POLICY_METRICS, "slo")
 MIN_INTERVAL_S = 1.0

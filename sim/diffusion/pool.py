@@ -30,7 +30,7 @@ from functools import partial
 import numpy as np
 import simpy
 
-from sim.config.autoscaler import autoscaled
+from sim.config.autoscaler import autoscaled, check_autoscaler
 from sim.config.cluster import pool_size
 from sim.config.diffusion_cluster import cluster_kind
 from sim.diffusion.batching import Batcher
@@ -110,6 +110,7 @@ class NodePool:
         env.process(self._arrivals())
         self.failures = NodeFailures(self, seed)
         if scaled:  # nodes started and drained as load moves
+            check_autoscaler(cluster, nodes=True)
             Autoscaler(env, NodeFleet(self), cluster.autoscaler, int(cluster.nodes))
 
     # ---- jobs, shapes and timings -------------------------------------------------------
@@ -143,17 +144,18 @@ class NodePool:
         queued."""
         t, shape = self.table, self.shapes[jid]
         t.arrival[jid] = self.env.now
-        if self.autoscaler is not None:
-            self.autoscaler.arrived(self.env.now)
         unit = self._new_unit([jid], shape, int(t.priority[jid]))
         if self.sizer.need(self.timings.valid(unit)) is None:
             self.end([jid], REJECTED, reject=NO_VALID_PLAN)
         elif self.lost_nodes == self.n:
             self.end([jid], FAILED, fail=NO_NODE_LEFT)
-        elif self.batcher.waits(unit):
-            self.batcher.form(unit)
         else:
-            self.enqueue(unit)
+            if self.autoscaler is not None:  # a job the pool takes (as Cluster.submit)
+                self.autoscaler.arrived(self.env.now)
+            if self.batcher.waits(unit):
+                self.batcher.form(unit)
+            else:
+                self.enqueue(unit)
         self.check("after an arrival")
 
     def _new_unit(self, ids: list[int], shape: JobShape, priority: int) -> Unit:
@@ -238,7 +240,7 @@ class NodePool:
         unit.run_id += 1
         unit.steps_done, unit.encoded, unit.draining = steps_done, encoded, False
         if self.autoscaler is not None:  # a draining node may hold nothing now
-            self.autoscaler.drained(unit.node)
+            self.autoscaler.check_drained(unit.node)
 
     def _finish(self, unit: Unit, run_id: int, _event=None) -> None:
         if unit.run_id != run_id:

@@ -67,8 +67,8 @@ class Autoscaler:
     """Resizes ``fleet`` (a ``ReplicaFleet`` of LLM replicas, or diffusion nodes:
     ``sim.diffusion.node_fleet.NodeFleet``) in the loop of ``env`` (module doc); the first
     ``ready`` of its units are ready at the start. The fleet tells it what finished
-    (``finished``) and asks it to stop a drained unit (``drained``). The compiled loop takes
-    it over (``sim.compiled.scaling``): another clock and fleet, the same decisions."""
+    (``finished``) and asks it to stop a drained unit (``check_drained``). The compiled
+    loop runs it (``run_on``): another clock and fleet, the same decisions."""
 
     def __init__(self, env, fleet, a: AutoscalerConfig, ready: int) -> None:
         self.env, self.fleet, self.a = env, fleet, a
@@ -79,7 +79,6 @@ class Autoscaler:
         self.state[:ready] = READY
         self._epoch = np.zeros(n, np.int64)  # bumped when a start is cancelled
         self._started_at = np.zeros(n)
-        self.drained_at = np.zeros(n)  # when each unit last began to drain
         self.delay_s = scale_up_delay_s(a, fleet.weight_bytes_per_gpu)
         self.stabilize = Stabilizer(a.scale_up_stabilization_s, a.scale_down_stabilization_s)
         self.log: list[tuple[float, int, int]] = [(0.0, r, int(s))
@@ -94,6 +93,20 @@ class Autoscaler:
         fleet.attach(self)
         self.process = env.process(self._run())
 
+    def run_on(self, clock, fleet, arrival_rate=None) -> None:
+        """Decide on another event loop than SimPy's (``sim.compiled.scaling``): its
+        ``clock`` (``now``, ``later``), its ``fleet`` and (``rate``) its
+        ``arrival_rate(now)``; that loop calls ``evaluate`` and ``stopped``. The SimPy
+        process built with the object is never run there."""
+        self.clock, self.fleet = clock, fleet
+        if arrival_rate is not None:
+            self.arrival_rate = arrival_rate
+
+    def stopped(self, r: int, at: float) -> None:
+        """Draining unit ``r`` held nothing from ``at`` on (an earlier time, reported late
+        by the compiled loop): it went off then."""
+        self._set(r, OFF, at=at)
+
     # ---- observing ----------------------------------------------------------------------
     def finished(self, now: float, samples: dict[str, np.ndarray]) -> None:
         """Work finished now; ``samples``: its latencies (s) by name (``SLO_BOUNDS``), kept
@@ -106,7 +119,7 @@ class Autoscaler:
         if self.a.policy == "rate":
             self._arrivals.append(now)
 
-    def drained(self, r: int) -> None:
+    def check_drained(self, r: int) -> None:
         """Unit ``r`` may hold nothing now: if it is draining, it stops after this instant's
         events (the unit's own step or job has returned by then; a replica made ready at this
         very instant has not yet resumed from its restart, where it cannot be
@@ -191,9 +204,8 @@ class Autoscaler:
 
     def _drain(self, r: int) -> None:
         self._set(r, DRAINING)
-        self.drained_at[r] = self.clock.now
         self.fleet.routable(r, False)  # the router (or dispatcher) sends it nothing more
-        self.drained(r)
+        self.check_drained(r)
 
     def _stop(self, r: int) -> None:
         """A drained unit goes off (it holds nothing) until a later start."""
@@ -243,7 +255,7 @@ class ReplicaFleet:
                     / (t.generated[ids][many] - 1))
             self.scaler.finished(now, {"ttft": ttft, "tpot": tpot,
                                        "latency": t.completion[ids] - t.arrival[ids]})
-        self.scaler.drained(r)
+        self.scaler.check_drained(r)
 
     def routable(self, r: int, on: bool) -> None:
         self.pool.view.set_alive(r, on)

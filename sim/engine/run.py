@@ -261,8 +261,8 @@ def run_compiled(run: LLMRun, progress=None) -> tuple[bool, float]:
             return True, core.now
         finally:
             core.finish()
-            if scaling is not None:  # drains that ended before the last event
-                scaling.settle(before=core.now)
+            if scaling is not None:  # the autoscaler's last instant
+                scaling.finish(complete=ended == n)
     return False, core.now
 
 

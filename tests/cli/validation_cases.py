@@ -204,6 +204,8 @@ CASES: dict[str, Case] = {
     "data_parallel": C("cluster.data_parallel_size=2", expect=("cluster.data_parallel_size=2",)),
     "replicas_positive": C("cluster.replicas=0", expect=("cluster.replicas=0",)),
     "replicas_limit": C("cluster.replicas=100000", expect=("cluster.replicas=100000",)),
+    "autoscaler_pool_limit": C("cluster=autoscaled", "cluster.autoscaler.max_replicas=100000",
+                               expect=("cluster.autoscaler.max_replicas=100000",)),
     "router_unknown": C("cluster.replicas=2", "cluster.router=nope",
                         expect=("cluster.router", "nope"), via="cli"),
     "cluster_time_limit": C("cluster.failure.mtbf_s=1e12", expect=("cluster.failure.mtbf_s",)),

@@ -142,3 +142,13 @@ def test_diffusion_jobs_follow_a_rate_profile():
     counts = np.bincount((jobs["arrival_time_s"] // 200).astype(int), minlength=6)
     expected = np.array(hourly) * 2.0 * 200
     assert chisquare(counts, expected * counts.sum() / expected.sum()).pvalue > 1e-3
+
+
+def test_the_library_call_checks_the_node_autoscaler():
+    """``simulate_diffusion`` (no CLI validation before it) refuses an autoscaler that cannot
+    resize the pool, naming the field, instead of running on a clipped pool."""
+    bad = dataclasses.replace(config(nodes=3).cluster,
+                              autoscaler=AutoscalerConfig(**{**SCALER, "max_replicas": 2}))
+    with pytest.raises(ConfigError) as e:
+        simulate_diffusion(config(nodes=3, autoscaler=bad.autoscaler), burst(4))
+    assert e.value.field == "cluster.nodes"

@@ -171,11 +171,24 @@ def test_a_flash_crowd_starts_replicas_that_serve_after_the_delay_and_drain_afte
     assert log.groupby("replica")["state"].last().eq(READY).sum() >= 1
 
 
+def billed_by_hand(log: np.ndarray, end: float) -> float:
+    """Replica-seconds billed (starting, ready or draining) up to ``end``, walking the log
+    replica by replica."""
+    total = 0.0
+    for r in np.unique(log[:, 1]):
+        rows = log[log[:, 1] == r]
+        for (t, _, state), nxt in zip(rows, [*rows[1:, 0], end], strict=True):
+            if state != OFF:
+                total += min(nxt, end) - t
+    return total
+
+
 def test_gpu_hours_follow_the_replicas_billed(burst_run):
     cfg, rec = burst_run
     m = autoscaler_metrics(rec.requests, rec.meta)
     log, end = rec.meta["autoscaler"]["log"], rec.meta["sim_time_s"]
-    billed = state_seconds(log, (STARTING, READY, DRAINING), 0, end)
+    billed = billed_by_hand(log, end)
+    assert billed == pytest.approx(state_seconds(log, (STARTING, READY, DRAINING), 0, end))
     assert m["gpu_hours"] == pytest.approx(billed / 3600)
     assert m["cost"] == pytest.approx(billed / 3600 * 3.0)
     assert 1 < m["mean_replicas"] < m["peak_replicas"] <= 6
@@ -195,6 +208,16 @@ def test_an_autoscaler_held_at_a_fixed_count_changes_nothing(compose_cfg):
     a, b = simulate(fixed, req), simulate(held, req)
     pd.testing.assert_frame_equal(a.requests, b.requests)
     assert b.meta["engine"].startswith("python")  # both on the SimPy engine
+    # and on the compiled loop (the roofline cost model): two fixed replicas
+    over = ("workload.num_requests=400", "workload.rate=12", "cluster.replicas=2",
+            "cluster.router=least_outstanding")
+    req = requests_for_seed(compose_cfg(*over).workload, 0)
+    fixed = simulate(compose_cfg(*over), req)
+    held = simulate(compose_cfg(*over, "cluster.autoscaler.policy=queue",
+                                "cluster.autoscaler.min_replicas=2",
+                                "cluster.autoscaler.max_replicas=2"), req)
+    assert held.meta["engine"] == fixed.meta["engine"] == "compiled"
+    pd.testing.assert_frame_equal(fixed.requests, held.requests)
 
 
 @pytest.mark.parametrize("over, field", [
@@ -358,6 +381,12 @@ def test_the_compiled_loop_scales_as_the_simpy_engine(compose_cfg, over):
     la, lb = a.meta["autoscaler"]["log"], b.meta["autoscaler"]["log"]
     assert la.shape == lb.shape and np.allclose(la, lb, rtol=0, atol=1e-9)
     assert (la[:, 2] == OFF).sum() > 8 and (la[:, 2] == DRAINING).sum() >= 3
+    def restarts(r):
+        states = la[(la[:, 1] == r) & (la[:, 0] > 0), 2].tolist()
+        return sum(a == OFF and b == STARTING for a, b in zip(states[:-1], states[1:], strict=True))
+
+    if "rate" not in over[0]:  # (the rate policy's day stops its spares for good)
+        assert sum(restarts(r) for r in np.unique(la[:, 1])) > 0  # one stopped, restarted
     assert b.meta["autoscaler"]["gpu_hours"] == pytest.approx(a.meta["autoscaler"]["gpu_hours"],
                                                               rel=1e-12)
 
@@ -372,3 +401,64 @@ def test_autoscalers_the_compiled_loop_cannot_run_say_why(compose_cfg, over, why
     cfg = compose_cfg("cluster=autoscaled", *over, "workload.num_requests=30")
     rec = simulate(cfg, requests_for_seed(cfg.workload, 0))
     assert rec.meta["engine"] == f"python ({why})"
+
+
+def _both_engines(compose_cfg, over, requests):
+    """The records of ``requests`` under ``over`` on the SimPy engine and the compiled loop."""
+    out = [simulate(compose_cfg(*over, f"engine={e}"), requests) for e in ("python", "auto")]
+    assert out[1].meta["engine"] == "compiled"
+    return out
+
+
+def _same_scaling(a, b) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=False, rtol=0, atol=1e-9)
+    la, lb = a.meta["autoscaler"]["log"], b.meta["autoscaler"]["log"]
+    assert la.shape == lb.shape and np.array_equal(la, lb), (la[la[:, 0] > 0], lb[lb[:, 0] > 0])
+
+
+def test_the_engines_agree_on_arrivals_at_an_evaluations_instant(compose_cfg):
+    """Arrivals every 0.5 s and evaluations every 2 s land on the same instants: an arrival
+    whose event was created after the evaluation's is not yet in its rate window, on either
+    engine (the compiled loop counts only what its cursor has released)."""
+    over = ("workload.input_tokens=50", "workload.output_tokens=4",
+            "workload.num_requests=120", "slo=none", "cluster=autoscaled",
+            "cluster.autoscaler.policy=rate", "cluster.autoscaler.target=1.5",
+            "cluster.autoscaler.rate_window_s=4", "cluster.autoscaler.interval_s=2",
+            "cluster.autoscaler.scale_down_stabilization_s=0", "cluster.autoscaler.tolerance=0.01")
+    req = requests_for_seed(compose_cfg(*over).workload, 0)
+    req["arrival_time_s"] = 0.5 * np.arange(1, len(req) + 1)
+    a, b = _both_engines(compose_cfg, over, req)
+    _same_scaling(a, b)
+    log = a.meta["autoscaler"]["log"]
+    assert log[(log[:, 0] > 0) & (log[:, 2] == STARTING), 0].tolist() == [4.0]
+
+
+def test_the_engines_agree_at_the_runs_last_instant(compose_cfg):
+    """The last request is refused at 62 s, the instant an evaluation is due that drains a
+    replica: SimPy ends the run after it (created before the end), and so does the compiled
+    loop. And two replicas ending their last steps at one instant, one of them draining: its
+    stop, created before the run's end, is logged by both."""
+    over = ("workload.input_tokens=100", "workload.output_tokens=400",
+            "workload.num_requests=41", "slo=none", "cluster=autoscaled", "cluster.replicas=2",
+            "cluster.autoscaler.policy=running", "cluster.autoscaler.target=1",
+            "cluster.autoscaler.max_replicas=2", "cluster.autoscaler.interval_s=2",
+            "cluster.autoscaler.scale_down_stabilization_s=40")
+    req = requests_for_seed(compose_cfg(*over).workload, 0)
+    req["arrival_time_s"] = np.append(0.5 * np.arange(1, 41), 62.0)
+    req.loc[40, "input_tokens"] = 10**7  # refused: longer than the context
+    a, b = _both_engines(compose_cfg, over, req)
+    _same_scaling(a, b)
+    log = a.meta["autoscaler"]["log"]
+    assert log[log[:, 0] > 0].tolist() == [[62.0, 0.0, DRAINING]]
+
+    over = ("slo=none", "cluster=autoscaled", "cluster.replicas=2", "cluster.router=round_robin",
+            "cluster.autoscaler.policy=running", "cluster.autoscaler.target=100",
+            "cluster.autoscaler.max_replicas=2", "cluster.autoscaler.interval_s=1",
+            "cluster.autoscaler.scale_down_stabilization_s=0")
+    req = pd.DataFrame({"arrival_time_s": [0.0, 0.0], "input_tokens": [100, 100],
+                        "output_tokens": [2000, 2000], "client": -1, "think_time_s": 0.0})
+    a, b = _both_engines(compose_cfg, over, req)
+    _same_scaling(a, b)
+    log = a.meta["autoscaler"]["log"]
+    end = a.meta["sim_time_s"]  # the last step's end (the frontend streams a little later)
+    assert log[log[:, 0] > 0].tolist() == [[1.0, 0.0, DRAINING], [end, 0.0, OFF]]
