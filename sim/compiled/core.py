@@ -4,7 +4,8 @@ The SimPy engine (``sim.engine.replica``, ``sim.schedulers``, ``sim.cost``) is t
 serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a million requests
 take minutes; the compiled loop does the same work in microseconds per step for the
 configurations most runs use: one pool of replicas (one, or several behind the
-``round_robin`` or ``least_outstanding`` router), a policy whose class declares a
+``round_robin``, ``least_outstanding``, ``jsq_tokens`` or ``kv_aware`` router; the last two
+with FCFS waiting queues), a policy whose class declares a
 ``fast_path`` with the values it runs (the vLLM scheduler under FCFS or priority order,
 earliest-deadline-first, Sarathi-Serve, TensorRT-LLM, SGLang, Orca: recompute preemption, no
 prefix cache), the roofline cost model on
@@ -40,7 +41,9 @@ CHUNK_ROWS_PER_REPLICA = 256  # (a flush costs Python work per replica: keep flu
 PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar, Ctrl-C)
 
 
-ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING}
+ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING,
+           "jsq_tokens": K.JSQ_TOKENS, "kv_aware": K.KV_AWARE}
+LOAD_ROUTERS = ("jsq_tokens", "kv_aware")  # (they walk a replica's FCFS waiting queue)
 # the policies sim.compiled.step_schedule writes out (each class's fast_path says with what)
 POLICIES = {"vllm": S.VLLM, "edf": S.VLLM, "sarathi": S.SARATHI, "trtllm": S.TRTLLM,
             "sglang": S.SGLANG, "orca": S.ORCA}
@@ -90,6 +93,10 @@ def why_not_compiled(cfg, run) -> str:
             (kv.prefix is not None or kv.swap is not None or kv.host is not None
              or kv.holds_state, "prefix caching, swap or state blocks"),
         ]
+        order = pool.parts[0].scheduler.waiting_order
+        reasons.append((len(pool.replicas) > 1 and c.router in LOAD_ROUTERS
+                        and order != "arrival",
+                        f"router {c.router} with a keyed waiting order ({order})"))
         why = packable(pool.parts[0].cost_model)
         reasons.append((bool(why), why))
     return next((why for cond, why in reasons if cond), "")

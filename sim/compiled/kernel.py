@@ -52,7 +52,7 @@ DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED, DUE = range(7)
 NUM_STATE = 15
 LAST_NOW = 1 << 62  # (after every stamp of an event created before the instant)
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
-ROUND_ROBIN, LEAST_OUTSTANDING = range(2)  # routers
+ROUND_ROBIN, LEAST_OUTSTANDING, JSQ_TOKENS, KV_AWARE = range(4)  # routers
 ADMITTING = 0  # a replica's frontend clock that admits (1: its streaming process, if its own)
 
 
@@ -103,11 +103,46 @@ def _ended(rid, seen, now, clients, instant, R, st):
 
 
 @compiled
-def _route(rs, st, router):
-    """The replica ``round_robin`` or ``least_outstanding`` sends the next request to."""
+def _load(r, router, pool, t, cfg):
+    """Replica ``r``'s load as ``jsq_tokens`` measures it (``PoolView.queued_tokens``: tokens
+    its running and waiting requests have yet to put in its KV cache) or ``kv_aware`` (the
+    KV blocks it uses plus those its waiting requests' tokens need:
+    ``PoolView.projected_kv_usage`` times the blocks, one denominator for every replica). The
+    waiting queue is FCFS (``sim.compiled.core`` declines keyed orders for these routers)."""
+    rs, running, wnext = pool[0], pool[2], pool[6][0]
+    total = 0
+    if router == JSQ_TOKENS:
+        for j in range(rs[r, S.NRUN]):
+            q = running[r, j]
+            total += t[1][q] - t[2][q]
+    else:
+        total = cfg[5] - rs[r, S.FREE]
+    q = rs[r, S.WHEAD]
+    for _ in range(rs[r, S.WCOUNT]):
+        if router == JSQ_TOKENS:
+            total += t[1][q] - t[2][q]
+        else:
+            total += -(-t[1][q] // cfg[4])
+        q = wnext[q]
+    return total
+
+
+@compiled
+def _route(rs, st, router, pool, t, cfg):
+    """The replica ``round_robin``, ``least_outstanding``, ``jsq_tokens`` or ``kv_aware``
+    sends the next request to (of those up)."""
     n = rs.shape[0]
     if n == 1:
         return 0
+    if router == JSQ_TOKENS or router == KV_AWARE:  # the least load, then the fewest
+        best, low, out = -1, 0, 0  # outstanding, then the first (``first_min``)
+        for r in range(n):
+            if not rs[r, S.ALIVE]:
+                continue
+            load = _load(r, router, pool, t, cfg)
+            if best < 0 or load < low or (load == low and rs[r, S.OUT] < out):
+                best, low, out = r, load, rs[r, S.OUT]
+        return best
     if router == ROUND_ROBIN:  # the next replica in turn that is up
         for _ in range(n):
             r = st[RR]
@@ -145,7 +180,7 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
         t[10][rid] = now
         _ended(rid, now, now, clients, instant, rs.shape[0], st)
         return
-    r = _route(rs, st, router)
+    r = _route(rs, st, router, pool, t, cfg)
     rs[r, S.OUT] += 1
     t[12][rid] = r
     service, engine_arrival, free, fe, group, work, member_next = clients[3]

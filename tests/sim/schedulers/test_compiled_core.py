@@ -74,8 +74,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("replicas, router", [(1, "round_robin"), (3, "round_robin"),
-                                              (3, "least_outstanding")],
-                         ids=["one", "round_robin", "least_outstanding"])
+                                              (3, "least_outstanding"), (3, "jsq_tokens"),
+                                              (3, "kv_aware")],
+                         ids=["one", "round_robin", "least_outstanding", "jsq_tokens",
+                              "kv_aware"])
 @pytest.mark.parametrize("timeline", [True, False], ids=["timeline", "totals"])
 @pytest.mark.parametrize("case", CASES)
 def test_compiled_equals_simpy_engine(tiny_config, requests, case, timeline, replicas, router):
@@ -199,7 +201,8 @@ def test_a_request_table_that_cannot_be_released_is_one_error(tiny_config, reque
        threshold=st.sampled_from([0, 0, 7, 64]), tp=st.sampled_from([1, 2]),
        clients=st.integers(0, 4), think=st.sampled_from([0.0, 0.01]),
        replicas=st.sampled_from([1, 1, 2, 3]),
-       router=st.sampled_from(["round_robin", "least_outstanding"]),
+       router=st.sampled_from(["round_robin", "least_outstanding", "jsq_tokens",
+                               "kv_aware"]),
        scheduler=st.sampled_from(["vllm", "sarathi", "trtllm", "trtllm_max_utilization",
                                   "sglang", "orca", "vllm_priority", "edf"]),
        chunk=st.integers(1, 400), overlap=st.booleans())
@@ -215,6 +218,8 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
            "vllm_priority": {"policy": "priority", "long_prefill_token_threshold": threshold},
            "edf": {"long_prefill_token_threshold": threshold},
            }[scheduler]
+    if router in ("jsq_tokens", "kv_aware") and scheduler in ("vllm_priority", "edf"):
+        router = "least_outstanding"  # (they run keyed orders on the SimPy engine only)
     cfg = tiny_config(scheduler.split("_")[0], num_blocks=num_blocks, block_size=block_size,
                       max_seqs=max_seqs, budget=budget, roofline=True, **own)
     cfg.cluster = replace(cfg.cluster, tensor_parallel_size=tp, replicas=replicas,
@@ -283,7 +288,9 @@ def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_fo
 @pytest.mark.parametrize("overrides, reason", [
     (["engine=python"], "engine=python"),
     (["cluster.replicas=2", "cluster.router=power_of_two"],
-     "router power_of_two (compiled: round_robin, least_outstanding)"),
+     "router power_of_two (compiled: round_robin, least_outstanding, jsq_tokens, kv_aware)"),
+    (["cluster.replicas=2", "cluster.router=kv_aware", "scheduler.policy=priority"],
+     "router kv_aware with a keyed waiting order (priority)"),
     (["cluster=disagg"], "disaggregated prefill and decode"),
     (["scheduler=static"], "scheduler=static (compiled: orca, vllm, sarathi, trtllm, edf, sglang)"),
     (["kv_cache.prefix_caching=true"], "prefix caching, swap or state blocks"),
