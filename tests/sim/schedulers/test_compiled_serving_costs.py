@@ -89,3 +89,24 @@ def test_frontend_is_the_same_in_both_engines(tiny_config, requests, case, repli
         sent = a.requests[a.requests["status"] != "rejected"]
         work = (2e-3 + 15e-6 * sent["input_tokens"]).sum() + 1e-3
         assert r["engine_arrival_s"].to_numpy() == pytest.approx(np.full(len(r), work))
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_one_arrival_time_is_one_admission_group_after_an_inexact_clock(tiny_config, requests,
+                                                                         replicas):
+    """Requests of one trace time arrive together (one interleaved admission group, one
+    routing round) even where the SimPy clock reaches that time inexactly:
+    0.8 + (3.1 - 0.8) is 3.0999999999999996, which once released the first 3.1 s request
+    alone and the second 4e-16 s later."""
+    cfg = tiny_config("vllm", roofline=True, max_seqs=6, budget=128)
+    cfg.cluster = replace(cfg.cluster, replicas=replicas, router="least_outstanding")
+    cfg.backend = replace(cfg.backend, frontend=FrontendConfig(
+        per_request_ms=2.0, per_prompt_token_us=15.0, per_output_token_us=0.0, latency_ms=0.0,
+        admission="interleaved", streaming="shared"))
+    assert 0.8 + (3.1 - 0.8) < 3.1
+    req = requests([0.8, 3.1, 3.1], [128, 100, 100], [20, 20, 20])
+    a, b = both_engines(cfg, req)
+    assert_same_records(a, b)
+    if replicas == 1:  # one group: both reach the engine once both are admitted
+        late = a.requests["engine_arrival_s"].to_numpy()[1:]
+        assert late[0] == late[1]
