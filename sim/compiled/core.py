@@ -4,11 +4,12 @@ The SimPy engine (``sim.engine.replica``, ``sim.schedulers``, ``sim.cost``) is t
 serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a million requests
 take minutes; the compiled loop does the same work in microseconds per step for the
 configurations most runs use: one pool of replicas (one, or several behind the
-``round_robin``, ``least_outstanding``, ``jsq_tokens`` or ``kv_aware`` router; the last two
-with FCFS waiting queues), a policy whose class declares a
+``round_robin``, ``least_outstanding``, ``jsq_tokens``, ``kv_aware`` or ``prefix_affinity``
+router; the load routers with FCFS waiting queues), a policy whose class declares a
 ``fast_path`` with the values it runs (the vLLM scheduler under FCFS or priority order,
-earliest-deadline-first, Sarathi-Serve, TensorRT-LLM, SGLang, Orca: recompute preemption, no
-prefix cache), the roofline cost model on
+earliest-deadline-first, Sarathi-Serve, TensorRT-LLM, SGLang, Orca: recompute preemption;
+vLLM's prefix cache with the vLLM scheduler, ``sim.compiled.prefix_cache``; no swap, host
+tier or state blocks), the roofline cost model on
 one pipeline stage with full GQA attention in every layer, no faults, ITL kept as a
 histogram, no invariant checks; open-loop arrivals and closed-loop clients alike; an
 autoscaler with a utilisation policy, or the rate policy on open-loop arrivals
@@ -27,6 +28,7 @@ import numpy as np
 from sim.compiled import kernel as K
 from sim.compiled import keyed_queue as Q
 from sim.compiled import step_schedule as S
+from sim.compiled.prefix_cache import prefix_state
 from sim.compiled.pricing import Prices, packable
 from sim.compiled.scaling import why_not_scaled
 from sim.config.backend import overlaps
@@ -42,7 +44,8 @@ PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar,
 
 
 ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING,
-           "jsq_tokens": K.JSQ_TOKENS, "kv_aware": K.KV_AWARE}
+           "jsq_tokens": K.JSQ_TOKENS, "kv_aware": K.KV_AWARE,
+           "prefix_affinity": K.PREFIX_AFFINITY}
 LOAD_ROUTERS = ("jsq_tokens", "kv_aware")  # (they walk a replica's FCFS waiting queue)
 # the policies sim.compiled.step_schedule writes out (each class's fast_path says with what)
 POLICIES = {"vllm": S.VLLM, "edf": S.VLLM, "sarathi": S.SARATHI, "trtllm": S.TRTLLM,
@@ -90,8 +93,14 @@ def why_not_compiled(cfg, run) -> str:
         why = scheduler_not_compiled(cluster.cfg.scheduler)
         reasons += [
             (bool(why), why),
-            (kv.prefix is not None or kv.swap is not None or kv.host is not None
-             or kv.holds_state, "prefix caching, swap or state blocks"),
+            (kv.swap is not None or kv.host is not None or kv.holds_state,
+             "swap, a host tier of the prefix cache, or state blocks"),
+            (kv.prefix is not None and POLICIES.get(cluster.cfg.scheduler.name) != S.VLLM,
+             f"prefix caching with scheduler={cluster.cfg.scheduler.name} (compiled: vllm, "
+             "edf)"),
+            ((kv.prefix is not None or c.router == "prefix_affinity")
+             and cluster.autoscaler is not None,
+             "prefix caching or prefix_affinity with an autoscaler"),
         ]
         order = pool.parts[0].scheduler.waiting_order
         reasons.append((len(pool.replicas) > 1 and c.router in LOAD_ROUTERS
@@ -119,7 +128,8 @@ class CompiledPool:
         self.prices = Prices(parts.cost_model, most, sched.max_num_seqs)
         self.table = (t.arrival, t.num_tokens, t.computed, t.generated, t.max_output, kv.held,
                       t.status, t.first_scheduled, t.first_token, t.last_token, t.completion,
-                      t.preemptions, t.replica, t.prompt)
+                      t.preemptions, t.replica, t.prompt,
+                      prefix_state(kv, t, R, pool.router), t.cached_tokens)
         self.order = np.ascontiguousarray(run.arrivals.initial, dtype=np.int64)
         self.refusal = run.cluster.refusal
         arr = run.arrivals

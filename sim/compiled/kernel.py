@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 
 from sim.compiled import event_heap as H
+from sim.compiled import prefix_router as PR
 from sim.compiled import step_schedule as S
 from sim.compiled.jit import compiled
 from sim.compiled.keyed_queue import queue
@@ -52,7 +53,7 @@ DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED, DUE = range(7)
 NUM_STATE = 15
 LAST_NOW = 1 << 62  # (after every stamp of an event created before the instant)
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
-ROUND_ROBIN, LEAST_OUTSTANDING, JSQ_TOKENS, KV_AWARE = range(4)  # routers
+ROUND_ROBIN, LEAST_OUTSTANDING, JSQ_TOKENS, KV_AWARE, PREFIX_AFFINITY = range(5)  # routers
 ADMITTING = 0  # a replica's frontend clock that admits (1: its streaming process, if its own)
 
 
@@ -128,12 +129,18 @@ def _load(r, router, pool, t, cfg):
 
 
 @compiled
-def _route(rs, st, router, pool, t, cfg):
-    """The replica ``round_robin``, ``least_outstanding``, ``jsq_tokens`` or ``kv_aware``
-    sends the next request to (of those up)."""
+def _route(rid, rs, st, router, pool, t, cfg):
+    """The replica ``round_robin``, ``least_outstanding``, ``jsq_tokens``, ``kv_aware`` or
+    ``prefix_affinity`` sends ``rid`` to (of those up)."""
     n = rs.shape[0]
     if n == 1:
         return 0
+    if router == PREFIX_AFFINITY:  # else its fallback, ``least_outstanding``
+        r = PR.longest(rid, rs, t)
+        if r < 0:
+            r = _least_outstanding(rs, st)
+        PR.remember(rid, r, t)
+        return r
     if router == JSQ_TOKENS or router == KV_AWARE:  # the least load, then the fewest
         best, low, out = -1, 0, 0  # outstanding, then the first (``first_min``)
         for r in range(n):
@@ -150,6 +157,14 @@ def _route(rs, st, router, pool, t, cfg):
             if rs[r, S.ALIVE]:
                 return r
         return -1
+    return _least_outstanding(rs, st)
+
+
+@compiled
+def _least_outstanding(rs, st):
+    """The replica ``least_outstanding`` picks: the fewest outstanding of those up, ties in
+    turn."""
+    n = rs.shape[0]
     low, ties = -1, 0
     for r in range(n):  # the fewest outstanding of those up, and how many have it
         if not rs[r, S.ALIVE]:
@@ -180,7 +195,7 @@ def _arrive(rid, now, t, refusal, clients, router, pool, st, cfg):
         t[10][rid] = now
         _ended(rid, now, now, clients, instant, rs.shape[0], st)
         return
-    r = _route(rs, st, router, pool, t, cfg)
+    r = _route(rid, rs, st, router, pool, t, cfg)
     rs[r, S.OUT] += 1
     t[12][rid] = r
     service, engine_arrival, free, fe, group, work, member_next = clients[3]

@@ -11,8 +11,7 @@ def schedule_orca(now, t, run, q, wnext, cfg, bids, bnew, bctx):
     """``OrcaScheduler.schedule``: every running request's next token, plus the whole
     prompts of newcomers admitted in arrival order with the blocks of their maximum length
     reserved, into ``bids``/``bnew``/``bctx``; returns the batch's size."""
-    num_tokens, computed, max_output, held, status = t[1], t[2], t[4], t[5], t[6]
-    first_sched, prompt = t[7], t[13]
+    num_tokens, computed, max_output, prompt = t[1], t[2], t[4], t[13]
     max_seqs, bs = cfg[1], cfg[4]
     nrun = q[NRUN]
     budget = cfg[0] - nrun
@@ -21,11 +20,10 @@ def schedule_orca(now, t, run, q, wnext, cfg, bids, bnew, bctx):
         n = num_tokens[rid] - computed[rid]
         if n > budget:
             break
-        if not allocate(rid, prompt[rid] + max_output[rid] - 1 - computed[rid], computed,
-                        held, q, bs):
+        if not allocate(rid, prompt[rid] + max_output[rid] - 1 - computed[rid], t, q, bs):
             break
         wait_popleft(q, wnext)
-        admit(rid, now, status, first_sched)
+        admit(rid, now, t, 0)
         run[nrun] = rid
         nrun += 1
         budget -= n

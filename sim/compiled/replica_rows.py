@@ -4,14 +4,16 @@
 the pool's config row; a replica's waiting queue is a linked list through ``wnext`` (one
 entry per request: a request waits on one replica at a time), or under a keyed order a heap
 (``sim.compiled.keyed_queue``). The operations are
-``PagedKVCache.allocate``/``allocate_all``/``free`` and ``TokenBudgetScheduler._preempt``/
-``_admit`` (recompute, no prefix cache) over those arrays.
+``PagedKVCache.allocate``/``allocate_all``/``free`` (with vLLM's prefix cache where it is on:
+``sim.compiled.prefix_cache``) and ``TokenBudgetScheduler._preempt``/``_admit`` (recompute)
+over those arrays; ``t`` is the compiled request table (``sim.compiled.core``).
 """
 
 from __future__ import annotations
 
 import math
 
+from sim.compiled import prefix_cache as PC
 from sim.compiled.jit import compiled
 
 # fields of a replica's integer state row
@@ -64,16 +66,25 @@ def wait_popleft(q, wnext):
 
 
 @compiled
-def allocate(rid, n, computed, held, q, bs):
+def allocate(rid, n, t, q, bs):
     """``PagedKVCache.allocate``: blocks for ``n`` more tokens; False when full."""
-    need = (computed[rid] + n + bs - 1) // bs - held[rid]
+    held = t[5]
+    need = (t[2][rid] + n + bs - 1) // bs - held[rid]
     if need <= 0:
         return True
     if need > q[FREE]:
         return False
     held[rid] += need
-    q[FREE] -= need
+    PC.take(t, q, t[PC.INDEX][rid], need, FREE)
     return True
+
+
+@compiled
+def free(rid, t, q):
+    """``PagedKVCache.free`` of one request: its blocks back (cached ones stay cached)."""
+    held = t[5]
+    q[FREE] += held[rid] + PC.release(t, rid)
+    held[rid] = 0
 
 
 @compiled
@@ -83,40 +94,40 @@ def want_of(rid, num_tokens, computed, threshold):
 
 
 @compiled
-def release(victim, computed, held, status, preemptions, q):
+def release(victim, t, q):
     """Recompute preemption of ``victim`` (``kv.free`` and ``RequestTable.preempt``): its
     blocks freed, its KV to be recomputed; the caller queues it again."""
-    q[FREE] += held[victim]
-    held[victim] = 0
-    computed[victim] = 0
-    preemptions[victim] += 1
-    status[victim] = WAITING
+    free(victim, t, q)
+    t[2][victim] = 0
+    t[11][victim] += 1
+    t[6][victim] = WAITING
 
 
 @compiled
-def preempt(victim, computed, held, status, preemptions, q, wnext):
+def preempt(victim, t, q, wnext):
     """``TokenBudgetScheduler._preempt`` by recompute, the victim back at the queue's front."""
-    release(victim, computed, held, status, preemptions, q)
+    release(victim, t, q)
     wait_appendleft(q, wnext, victim)
 
 
 @compiled
-def fit_preempting_last(rid, n, run, nrun, computed, held, status, preemptions, q, wnext, bs):
+def fit_preempting_last(rid, n, run, nrun, t, q, wnext, bs):
     """Blocks for ``n`` more tokens of ``rid``, preempting the last of ``run[:nrun]`` until
     they fit or ``rid`` itself was the victim: (whether they fit, the running count left)."""
-    while not allocate(rid, n, computed, held, q, bs):
+    while not allocate(rid, n, t, q, bs):
         victim = run[nrun - 1]
         nrun -= 1
-        preempt(victim, computed, held, status, preemptions, q, wnext)
+        preempt(victim, t, q, wnext)
         if victim == rid:
             return False, nrun
     return True, nrun
 
 
 @compiled
-def allocate_decodes(run, nrun, num_tokens, computed, held, q, bs):
+def allocate_decodes(run, nrun, t, q, bs):
     """``PagedKVCache.allocate_all`` of one token for each of ``run[:nrun]`` one token short
     of all it knows (a decode): all of their blocks, or none and False."""
+    num_tokens, computed, held = t[1], t[2], t[5]
     blocks = 0
     for j in range(nrun):
         r = run[j]
@@ -128,13 +139,16 @@ def allocate_decodes(run, nrun, num_tokens, computed, held, q, bs):
         r = run[j]
         if num_tokens[r] - computed[r] == 1:
             held[r] = max(held[r], (computed[r] + bs) // bs)
-    q[FREE] -= blocks
+    if blocks:
+        PC.take(t, q, t[PC.INDEX][run[0]], blocks, FREE)
     return True
 
 
 @compiled
-def admit(rid, now, status, first_sched):
-    """``TokenBudgetScheduler._admit`` (no prefix cache)."""
-    status[rid] = RUNNING
-    if math.isnan(first_sched[rid]):
-        first_sched[rid] = now
+def admit(rid, now, t, cached):
+    """``TokenBudgetScheduler._admit``: running; on its first schedule, ``cached`` of its
+    prompt tokens were served from the prefix cache."""
+    t[6][rid] = RUNNING
+    if math.isnan(t[7][rid]):
+        t[7][rid] = now
+        t[PC.CACHED][rid] = cached

@@ -23,11 +23,10 @@ def schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want):
     """``SarathiScheduler.schedule`` (recompute): decodes, then chunks of prompts in
     progress, then chunks of new prompts, into ``bids``/``bnew``/``bctx``; returns the
     batch's size. ``run`` stays in arrival order."""
-    arrival, num_tokens, computed, held, status = t[0], t[1], t[2], t[5], t[6]
-    first_sched, preemptions = t[7], t[11]
+    arrival, num_tokens, computed, status, first_sched = t[0], t[1], t[2], t[6], t[7]
     room, max_seqs, bs = cfg[CHUNK], cfg[1], cfg[4]
     nrun = q[NRUN]
-    if not allocate_decodes(run, nrun, num_tokens, computed, held, q, bs):
+    if not allocate_decodes(run, nrun, t, q, bs):
         # ``_decodes_with_preemption``: the latest-arrived not yet visited goes first
         keep = 0
         i = 0
@@ -38,13 +37,13 @@ def schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want):
                 run[keep] = r
                 keep += 1
                 continue
-            while not allocate(r, 1, computed, held, q, bs):
+            while not allocate(r, 1, t, q, bs):
                 if i < nrun:
                     victim = run[nrun - 1]
                     nrun -= 1
                 else:
                     victim = r
-                preempt(victim, computed, held, status, preemptions, q, wnext)
+                preempt(victim, t, q, wnext)
                 if victim == r:
                     break
             else:
@@ -72,7 +71,7 @@ def schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want):
     while q[WCOUNT] and slots > 0 and room > 0:  # ``_admit_waiting``
         rid = q[WHEAD]
         n = num_tokens[rid] - computed[rid]
-        if not allocate(rid, n, computed, held, q, bs):  # the whole prompt, up front
+        if not allocate(rid, n, t, q, bs):  # the whole prompt, up front
             break
         wait_popleft(q, wnext)
         status[rid] = RUNNING

@@ -32,9 +32,7 @@ from sim.schedulers.sglang import (
 @compiled
 def _sglang_prefill(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
     """``SglangScheduler._prefill_batch`` (FCFS): its size, 0 when nothing is prefilled."""
-    num_tokens, computed, generated, max_output, held, status = t[1], t[2], t[3], t[4], t[5], \
-        t[6]
-    first_sched = t[7]
+    num_tokens, computed, generated, max_output = t[1], t[2], t[3], t[4]
     max_running, bs = cfg[1], cfg[4]
     nrun = q[NRUN]
     reserved = 0
@@ -47,7 +45,7 @@ def _sglang_prefill(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
     c = q[CHUNKED]
     if c >= 0:  # the chunked request goes first, with what the chunk allows
         n = min(num_tokens[c] - computed[c], rem_chunk)
-        if not allocate(c, n, computed, held, q, bs):
+        if not allocate(c, n, t, q, bs):
             return 0
         bids[0], bnew[0], bctx[0] = c, n, computed[c]
         nb = 1
@@ -66,10 +64,10 @@ def _sglang_prefill(now, t, run, q, qf, wnext, cfg, bids, bnew, bctx):
         n = min(extend, rem_chunk)
         if n > rem_input and nb:
             break
-        if not allocate(rid, n, computed, held, q, bs):
+        if not allocate(rid, n, t, q, bs):
             break
         wait_popleft(q, wnext)
-        admit(rid, now, status, first_sched)
+        admit(rid, now, t, 0)
         run[nrun + admitted] = rid
         admitted += 1
         bids[nb], bnew[nb], bctx[nb] = rid, n, computed[rid]
@@ -115,9 +113,8 @@ def _victims_last(keep, m, generated, prompt, buf):
 def _sglang_retract(t, run, q, qf, wnext, bs, keep, buf):
     """``SglangScheduler._retract`` of the decode requests ``run[:nrun]`` except the chunked
     one: the kept, in ``keep[:k]`` (most progressed first), k returned; ``buf`` is scratch."""
-    num_tokens, computed, generated, max_output, held, status = t[1], t[2], t[3], t[4], t[5], \
-        t[6]
-    preemptions, prompt = t[11], t[13]
+    num_tokens, generated, max_output, held, status = t[1], t[3], t[4], t[5], t[6]
+    prompt = t[13]
     nrun, c = q[NRUN], q[CHUNKED]
     m = 0
     for j in range(nrun):
@@ -134,7 +131,7 @@ def _sglang_retract(t, run, q, qf, wnext, bs, keep, buf):
         if need <= q[FREE]:
             break
         k -= 1
-        release(keep[k], computed, held, status, preemptions, q)
+        release(keep[k], t, q)
         wait_append(q, wnext, keep[k])  # SGLang puts it at the back
     n = 0
     for j in range(nrun):  # the running list keeps its order

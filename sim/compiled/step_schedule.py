@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from sim.compiled import prefix_cache as PC
 from sim.compiled.jit import compiled
 from sim.compiled.keyed_queue import FCFS, latest_key, wait_pop_keyed, wait_push
 from sim.compiled.orca_step import schedule_orca
@@ -50,8 +51,10 @@ from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for ke
     WCOUNT,
     WHEAD,
     WTAIL,
+    admit,
     allocate,
     fit_preempting_last,
+    free,
     release,
     wait_append,
     wait_popleft,
@@ -83,8 +86,8 @@ def schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need):
     """``VllmScheduler.schedule`` (recompute; FCFS, or the keyed order ``cfg[ORDER]``): the
     batch into ``bids``/``bnew``/``bctx``; returns its size (0: nothing can run)."""
     wnext, order = waiting[0], cfg[ORDER]
-    num_tokens, computed, held, status = t[1], t[2], t[5], t[6]
-    first_sched, preemptions = t[7], t[11]
+    num_tokens, computed, held = t[1], t[2], t[5]
+    prefix = t[PC.PREFIX][0][0]
     budget, max_seqs, threshold, chunked, bs = cfg[0], cfg[1], cfg[2], cfg[3], cfg[4]
     while True:
         bud = budget
@@ -118,7 +121,7 @@ def schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need):
                     if want[j] > 0:
                         bids[nb], bnew[nb], bctx[nb] = r, want[j], computed[r]
                         nb += 1
-                q[FREE] -= blocks
+                PC.take(t, q, t[PC.INDEX][run[0]], blocks, FREE)
             else:  # ``_schedule_running_with_preemption``: the last admitted goes first
                 total = 0
                 i = 0
@@ -126,18 +129,17 @@ def schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need):
                     rid = run[i]
                     n = min(want_of(rid, num_tokens, computed, threshold), bud - total)
                     if order == FCFS:
-                        fits, nrun = fit_preempting_last(rid, n, run, nrun, computed, held,
-                                                          status, preemptions, q, wnext, bs)
+                        fits, nrun = fit_preempting_last(rid, n, run, nrun, t, q, wnext, bs)
                         preempted |= nrun < q[NRUN]
                     else:
                         fits = True
-                        while not allocate(rid, n, computed, held, q, bs):
+                        while not allocate(rid, n, t, q, bs):
                             j = latest_key(run, nrun, waiting)
                             victim = run[j]
                             nrun -= 1
                             for k in range(j, nrun):
                                 run[k] = run[k + 1]
-                            release(victim, computed, held, status, preemptions, q)
+                            release(victim, t, q)
                             wait_push(q, waiting, victim, t[0], order)
                             preempted = True
                             if victim == rid:
@@ -162,19 +164,21 @@ def schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need):
             slots = max_seqs - q[NRUN]
             while q[WCOUNT] and slots > 0 and bud > 0:
                 rid = q[WHEAD]
+                hit = 0  # ``_match_prefix``
+                if prefix and not computed[rid]:
+                    hit = computed[rid] = PC.match(t, q, rid, FREE, bs)
                 n = want_of(rid, num_tokens, computed, threshold)
-                if n > bud and not chunked:
+                if (n > bud and not chunked) or not allocate(rid, min(n, bud), t, q, bs):
+                    if hit:  # ``_unmatch``
+                        free(rid, t, q)
+                        computed[rid] = 0
                     break
                 n = min(n, bud)
-                if not allocate(rid, n, computed, held, q, bs):
-                    break
                 if order == FCFS:
                     wait_popleft(q, wnext)
                 else:
                     wait_pop_keyed(q, waiting)
-                status[rid] = RUNNING
-                if math.isnan(first_sched[rid]):
-                    first_sched[rid] = now
+                admit(rid, now, t, hit)
                 run[q[NRUN]] = rid
                 q[NRUN] += 1
                 bids[nb], bnew[nb], bctx[nb] = rid, n, computed[rid]
@@ -212,7 +216,7 @@ def _itl_add(values, n, counts, sums, low, log_ratio):
 def update(now, t, run, q, nb, bids, bnew, emit, gaps, itl):
     """``TokenBudgetScheduler.update``: the step's tokens land at ``now``; the ids of the
     requests that finished are in ``emit[:k]``, k returned."""
-    num_tokens, computed, generated, max_output, held, status = t[1], t[2], t[3], t[4], t[5], t[6]
+    num_tokens, computed, generated, max_output, status = t[1], t[2], t[3], t[4], t[6]
     first_token, last_token, completion = t[8], t[9], t[10]
     counts, sums, low, log_ratio = itl
     ne = 0
@@ -222,6 +226,12 @@ def update(now, t, run, q, nb, bids, bnew, emit, gaps, itl):
         if computed[r] == num_tokens[r]:
             emit[ne] = r
             ne += 1
+    if t[PC.PREFIX][0][0]:  # ``_commit``: the blocks filled by requests that crossed one
+        bs = t[PC.PREFIX][0][1]
+        for j in range(nb):
+            r = bids[j]
+            if computed[r] // bs > (computed[r] - bnew[j]) // bs:
+                PC.commit(t, q, r, FREE, bs)
     c = q[CHUNKED]  # ``SglangScheduler.update``: its last chunk ran
     if c >= 0 and computed[c] + 1 >= num_tokens[c]:
         q[CHUNKED] = -1
@@ -245,8 +255,7 @@ def update(now, t, run, q, nb, bids, bnew, emit, gaps, itl):
         if generated[r] >= max_output[r]:
             completion[r] = now
             status[r] = FINISHED
-            q[FREE] += held[r]
-            held[r] = 0
+            free(r, t, q)
             emit[done] = r  # (emit[j] with j ≥ done is read before it is overwritten)
             done += 1
     if done:

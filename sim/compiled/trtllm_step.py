@@ -42,11 +42,11 @@ def schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx):
     """``TrtllmScheduler.schedule`` (recompute): generation tokens, then chunks of contexts
     in flight, then new contexts, into ``bids``/``bnew``/``bctx``; returns the batch's size."""
     num_tokens, computed, max_output, held, status = t[1], t[2], t[4], t[5], t[6]
-    first_sched, preemptions, prompt = t[7], t[11], t[13]
+    first_sched, prompt = t[7], t[13]
     budget, max_seqs, chunked, bs, no_evict = cfg[0], cfg[1], cfg[3], cfg[4], cfg[NO_EVICT]
     nrun = q[NRUN]
     paused = False
-    if not allocate_decodes(run, nrun, num_tokens, computed, held, q, bs):
+    if not allocate_decodes(run, nrun, t, q, bs):
         if no_evict:
             raise AssertionError("GUARANTEED_NO_EVICT ran out of reserved KV blocks")
         # ``_pause_until_generation_fits``: the last started is paused first
@@ -54,8 +54,7 @@ def schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx):
         while i < nrun:
             r = run[i]
             if num_tokens[r] - computed[r] == 1:
-                fits, nrun = fit_preempting_last(r, 1, run, nrun, computed, held, status,
-                                                  preemptions, q, wnext, bs)
+                fits, nrun = fit_preempting_last(r, 1, run, nrun, t, q, wnext, bs)
                 if not fits:
                     break
             i += 1
@@ -97,7 +96,7 @@ def schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx):
         if c == 0:
             break
         left -= need
-        if not allocate(rid, n, computed, held, q, bs):  # the prompt's blocks, at start
+        if not allocate(rid, n, t, q, bs):  # the prompt's blocks, at start
             break
         wait_popleft(q, wnext)
         status[rid] = RUNNING

@@ -108,6 +108,11 @@ class PagedKVCache:
         self._hash_ids, self._trace_block = hash_ids, int(trace_block)
         self._lengths = lengths
 
+    @property
+    def prefix_source(self) -> tuple:
+        """What names blocks (``set_prefix_source``): ``(hash_ids, trace_block, lengths)``."""
+        return self._hash_ids, self._trace_block, self._lengths
+
     def set_lengths(self, prompt: np.ndarray, max_output: np.ndarray) -> None:
         """Each request's prompt and most output tokens (the request table's columns, shared
         with it, not copied; a disaggregated prefill pool's table ends at the first token):

@@ -30,25 +30,35 @@ def block_hashes(hash_ids, num_tokens: int, trace_block: int, block_size: int) -
     block ``j`` only if their ids agree up to there. Only blocks that lie wholly inside the
     first ``num_tokens`` tokens and inside the named blocks get a hash.
     """
-    n_ids = len(hash_ids)
-    full = min(int(num_tokens), n_ids * trace_block) // block_size
+    full = min(int(num_tokens), len(hash_ids) * trace_block) // block_size
     if full <= 0:
         return []
-    chain = np.empty(n_ids, np.int64)
+    j = np.arange(full, dtype=np.int64)
+    last = ((j + 1) * block_size - 1) // trace_block
+    return (id_chain(hash_ids)[last] ^ ((j + 1) * _MIX)).tolist()
+
+
+def id_chain(hash_ids) -> np.ndarray:
+    """The chain of ``hash_ids``: element ``i`` names ids 0 … i (``block_hashes``)."""
+    chain = np.empty(len(hash_ids), np.int64)
     h = 0
     for i, hid in enumerate(hash_ids):
         h = hash((h, int(hid)))
         chain[i] = h
-    j = np.arange(full, dtype=np.int64)
-    last = ((j + 1) * block_size - 1) // trace_block
-    return (chain[last] ^ ((j + 1) * _MIX)).tolist()
+    return chain
+
+
+def own_ids(rid: int) -> tuple[int]:
+    """The one id naming the whole of a request whose content no other request shares:
+    ``-2 - rid``, which no trace id (never negative) can be (not ``-1 - rid``: Python hashes
+    -1 as -2)."""
+    return (-2 - int(rid),)
 
 
 def own_block_hashes(rid: int, num_tokens: int, block_size: int) -> list[int]:
-    """Hashes of the full blocks of a request whose content no other request shares: one
-    chain seeded by ``-2 - rid``, which no trace id (never negative) can start (not ``-1 -
-    rid``: Python hashes -1 as -2)."""
-    return block_hashes((-2 - int(rid),), num_tokens, max(int(num_tokens), 1), block_size)
+    """Hashes of the full blocks of a request whose content no other request shares:
+    ``block_hashes`` of ``own_ids(rid)`` naming all of its ``num_tokens`` tokens."""
+    return block_hashes(own_ids(rid), num_tokens, max(int(num_tokens), 1), block_size)
 
 
 class PrefixPool:

@@ -270,12 +270,17 @@ def test_compiled_equals_simpy_engine_on_random_runs(tiny_config, requests, n, s
     ["backend.overlap_scheduler=true", "workload=closed_loop", "workload.concurrency=16",
      "backend.frontend.per_request_ms=0", "backend.frontend.per_prompt_token_us=0",
      "backend.frontend.per_output_token_us=0", "backend.frontend.latency_ms=0"],
+    ["kv_cache=prefix", "workload=multi_turn"],
+    ["kv_cache=prefix", "workload=system_prompt", "cluster.replicas=3",
+     "cluster.router=prefix_affinity"],
+    ["kv_cache=prefix", "workload=two_classes", "scheduler=edf", "workload.rate=12"],
 ], ids=["default", "vidur", "moe_tp2", "closed_loop", "closed_loop_think", "multi_turn",
         "replicas_round_robin", "replicas_least_outstanding", "sarathi", "vidur_sarathi",
         "sarathi_closed_loop", "trtllm", "vidur_trtllm", "trtllm_max_utilization", "sglang",
         "vidur_sglang", "sglang_closed_loop", "orca", "orca_closed_loop", "priority_classes",
         "edf_classes_replicas", "vidur_edf", "trtllm_overlap", "trtllm_overlap_closed_loop",
-        "trtllm_overlap_fifo_frontend", "overlap_no_frontend_closed_loop"])
+        "trtllm_overlap_fifo_frontend", "overlap_no_frontend_closed_loop", "prefix_multi_turn",
+        "prefix_system_prompt_affinity", "prefix_edf_classes"])
 def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_for, overrides):
     cfg = compose_cfg("workload.num_requests=300", *overrides)
     req = requests_for(cfg)
@@ -288,12 +293,16 @@ def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_fo
 @pytest.mark.parametrize("overrides, reason", [
     (["engine=python"], "engine=python"),
     (["cluster.replicas=2", "cluster.router=power_of_two"],
-     "router power_of_two (compiled: round_robin, least_outstanding, jsq_tokens, kv_aware)"),
+     "router power_of_two (compiled: round_robin, least_outstanding, jsq_tokens, kv_aware, "
+     "prefix_affinity)"),
     (["cluster.replicas=2", "cluster.router=kv_aware", "scheduler.policy=priority"],
      "router kv_aware with a keyed waiting order (priority)"),
     (["cluster=disagg"], "disaggregated prefill and decode"),
     (["scheduler=static"], "scheduler=static (compiled: orca, vllm, sarathi, trtllm, edf, sglang)"),
-    (["kv_cache.prefix_caching=true"], "prefix caching, swap or state blocks"),
+    (["kv_cache.prefix_caching=true", "scheduler=sglang"],
+     "prefix caching with scheduler=sglang (compiled: vllm, edf)"),
+    (["kv_cache.prefix_caching=true", "kv_cache.cpu_offload_gb=1"],
+     "swap, a host tier of the prefix cache, or state blocks"),
     (["cost_model=constant"], "the cost model is not the roofline"),
     (["cluster.pipeline_parallel_size=2"], "pipeline parallelism"),
     (["check_invariants=true"], "check_invariants"),
