@@ -4,12 +4,12 @@ The SimPy engine (``sim.engine.replica``, ``sim.schedulers``, ``sim.cost``) is t
 serves every configuration. Its per-step Python costs ~0.1–0.2 ms, so a million requests
 take minutes; the compiled loop does the same work in microseconds per step for the
 configurations most runs use: one pool of replicas (one, or several behind the
-``round_robin``, ``least_outstanding``, ``jsq_tokens``, ``kv_aware`` or ``prefix_affinity``
-router; the load routers with FCFS waiting queues), a policy whose class declares a
-``fast_path`` with the values it runs (the vLLM scheduler under FCFS or priority order,
-earliest-deadline-first, Sarathi-Serve, TensorRT-LLM, SGLang, Orca: recompute preemption;
-vLLM's prefix cache with the vLLM scheduler, ``sim.compiled.prefix_cache``; no swap, host
-tier or state blocks), the roofline cost model on
+``round_robin``, ``least_outstanding``, ``jsq_tokens``, ``kv_aware``, ``prefix_affinity``,
+``power_of_two`` or ``random`` router, ``sim.compiled.routing``; the load routers with FCFS
+waiting queues), a policy whose class declares a ``fast_path`` with the values it runs (the
+vLLM scheduler under FCFS or priority order, earliest-deadline-first, Sarathi-Serve,
+TensorRT-LLM, SGLang, Orca: recompute preemption; vLLM's prefix cache under all but SGLang,
+``sim.compiled.prefix_cache``; no swap, host tier or state blocks), the roofline cost model on
 one pipeline stage with full GQA attention in every layer, no faults, ITL kept as a
 histogram, no invariant checks; open-loop arrivals and closed-loop clients alike; an
 autoscaler with a utilisation policy, or the rate policy on open-loop arrivals
@@ -27,6 +27,7 @@ import numpy as np
 
 from sim.compiled import kernel as K
 from sim.compiled import keyed_queue as Q
+from sim.compiled import routing as RT
 from sim.compiled import step_schedule as S
 from sim.compiled.prefix_cache import prefix_state
 from sim.compiled.pricing import Prices, packable
@@ -43,13 +44,17 @@ CHUNK_ROWS_PER_REPLICA = 256  # (a flush costs Python work per replica: keep flu
 PROGRESS_EVERY = 2000  # ended requests between returns to Python (progress bar, Ctrl-C)
 
 
-ROUTERS = {"round_robin": K.ROUND_ROBIN, "least_outstanding": K.LEAST_OUTSTANDING,
-           "jsq_tokens": K.JSQ_TOKENS, "kv_aware": K.KV_AWARE,
-           "prefix_affinity": K.PREFIX_AFFINITY}
+ROUTERS = tuple(RT.KINDS)  # the routers sim.compiled.routing and the kernel write out
 LOAD_ROUTERS = ("jsq_tokens", "kv_aware")  # (they walk a replica's FCFS waiting queue)
+# (their state assumes every replica stays up: draws made before the run, an index never
+# forgotten)
+STATIC_ROUTERS = ("prefix_affinity", "power_of_two", "random")
 # the policies sim.compiled.step_schedule writes out (each class's fast_path says with what)
 POLICIES = {"vllm": S.VLLM, "edf": S.VLLM, "sarathi": S.SARATHI, "trtllm": S.TRTLLM,
             "sglang": S.SGLANG, "orca": S.ORCA}
+# the policies whose compiled admission matches prefixes as their class does (as each declares)
+PREFIX_SCHEDULERS = tuple(name for name, cls in SCHEDULERS.items()
+                          if cls.fast_path is not None and cls.compiled_prefix_cache)
 # a scheduler's waiting_order, as sim.compiled.keyed_queue numbers it
 ORDERS = {"arrival": Q.FCFS, "priority": Q.PRIORITY, "deadline": Q.DEADLINE}
 
@@ -95,12 +100,12 @@ def why_not_compiled(cfg, run) -> str:
             (bool(why), why),
             (kv.swap is not None or kv.host is not None or kv.holds_state,
              "swap, a host tier of the prefix cache, or state blocks"),
-            (kv.prefix is not None and POLICIES.get(cluster.cfg.scheduler.name) != S.VLLM,
-             f"prefix caching with scheduler={cluster.cfg.scheduler.name} (compiled: vllm, "
-             "edf)"),
-            ((kv.prefix is not None or c.router == "prefix_affinity")
+            (kv.prefix is not None and cluster.cfg.scheduler.name not in PREFIX_SCHEDULERS,
+             f"prefix caching with scheduler={cluster.cfg.scheduler.name} (compiled: "
+             f"{', '.join(PREFIX_SCHEDULERS)})"),
+            ((kv.prefix is not None or c.router in STATIC_ROUTERS)
              and cluster.autoscaler is not None,
-             "prefix caching or prefix_affinity with an autoscaler"),
+             f"prefix caching or router {c.router} with an autoscaler"),
         ]
         order = pool.parts[0].scheduler.waiting_order
         reasons.append((len(pool.replicas) > 1 and c.router in LOAD_ROUTERS
@@ -129,7 +134,7 @@ class CompiledPool:
         self.table = (t.arrival, t.num_tokens, t.computed, t.generated, t.max_output, kv.held,
                       t.status, t.first_scheduled, t.first_token, t.last_token, t.completion,
                       t.preemptions, t.replica, t.prompt,
-                      prefix_state(kv, t, R, pool.router), t.cached_tokens)
+                      prefix_state(kv, t, R), t.cached_tokens)
         self.order = np.ascontiguousarray(run.arrivals.initial, dtype=np.int64)
         self.refusal = run.cluster.refusal
         arr = run.arrivals
@@ -152,7 +157,7 @@ class CompiledPool:
         self.clients = (arr.next_of.astype(np.int64), np.asarray(arr.think, np.float64),
                         (np.zeros(t.size), np.zeros(t.size, np.int64),
                          np.zeros(t.size, np.int64)), front)
-        self.router = ROUTERS.get(run.cluster.cfg.cluster.router, K.ROUND_ROBIN)
+        self.router = RT.router_state(pool.router, R, self.refusal)
         rs = np.zeros((R, S.NUM_FIELDS), np.int64)
         rs[:, S.FREE] = [p.kv.free_blocks for p in pool.parts]
         rs[:, S.CHUNKED] = -1

@@ -9,12 +9,13 @@ scheduled but not priced, and prices it first when called again), or the caller'
 ``clock[1]`` is due (``DUE``: an autoscaler's, ``sim.compiled.scaling``; in the same time and
 stamp order as the others). It does in compiled code what
 ``sim.engine.replica.Replica._run`` with ``sim.schedulers.vllm.VllmScheduler`` (FCFS or a
-keyed order, recompute preemption, no prefix cache; ``sim.compiled.step_schedule``) and the
+keyed order, recompute preemption, vLLM's prefix cache; ``sim.compiled.step_schedule``,
+``sim.compiled.prefix_cache``) and the
 other compiled policies, ``RooflineCostModel.step_cost`` with its host's scheduling and
 eager kernel launches (``sim.compiled.step_price``; numba's cache does not see a change
 there, so one here goes with it), the engine's ``_Arrivals`` (open-loop arrivals,
-closed-loop clients' follow-ups) and the cluster's ``round_robin`` and
-``least_outstanding`` routers do, in the same order and with the same arithmetic;
+closed-loop clients' follow-ups) and the cluster's routers (``_route``,
+``sim.compiled.routing``) do, in the same order and with the same arithmetic;
 ``tests/sim/schedulers/test_compiled_core.py`` holds the two equal. Request state lives in the
 run's ``RequestTable`` arrays, which it updates in place.
 
@@ -35,7 +36,7 @@ from __future__ import annotations
 import math
 
 from sim.compiled import event_heap as H
-from sim.compiled import prefix_router as PR
+from sim.compiled import routing as RT
 from sim.compiled import step_schedule as S
 from sim.compiled.jit import compiled
 from sim.compiled.keyed_queue import queue
@@ -53,7 +54,6 @@ DONE, CHUNK_FULL, ENOUGH_ENDED, NEED_TOKENS, NEED_SEQS, STALLED, DUE = range(7)
 NUM_STATE = 15
 LAST_NOW = 1 << 62  # (after every stamp of an event created before the instant)
 IDLE, WOKEN, PRICING, BUSY = range(4)  # a replica's phase
-ROUND_ROBIN, LEAST_OUTSTANDING, JSQ_TOKENS, KV_AWARE, PREFIX_AFFINITY = range(5)  # routers
 ADMITTING = 0  # a replica's frontend clock that admits (1: its streaming process, if its own)
 
 
@@ -104,7 +104,7 @@ def _ended(rid, seen, now, clients, instant, R, st):
 
 
 @compiled
-def _load(r, router, pool, t, cfg):
+def _load(r, kind, pool, t, cfg):
     """Replica ``r``'s load as ``jsq_tokens`` measures it (``PoolView.queued_tokens``: tokens
     its running and waiting requests have yet to put in its KV cache) or ``kv_aware`` (the
     KV blocks it uses plus those its waiting requests' tokens need:
@@ -112,7 +112,7 @@ def _load(r, router, pool, t, cfg):
     waiting queue is FCFS (``sim.compiled.core`` declines keyed orders for these routers)."""
     rs, running, wnext = pool[0], pool[2], pool[6][0]
     total = 0
-    if router == JSQ_TOKENS:
+    if kind == RT.JSQ_TOKENS:
         for j in range(rs[r, S.NRUN]):
             q = running[r, j]
             total += t[1][q] - t[2][q]
@@ -120,7 +120,7 @@ def _load(r, router, pool, t, cfg):
         total = cfg[5] - rs[r, S.FREE]
     q = rs[r, S.WHEAD]
     for _ in range(rs[r, S.WCOUNT]):
-        if router == JSQ_TOKENS:
+        if kind == RT.JSQ_TOKENS:
             total += t[1][q] - t[2][q]
         else:
             total += -(-t[1][q] // cfg[4])
@@ -130,27 +130,29 @@ def _load(r, router, pool, t, cfg):
 
 @compiled
 def _route(rid, rs, st, router, pool, t, cfg):
-    """The replica ``round_robin``, ``least_outstanding``, ``jsq_tokens``, ``kv_aware`` or
-    ``prefix_affinity`` sends ``rid`` to (of those up)."""
+    """The replica ``router`` (``sim.compiled.routing``) sends ``rid`` to (of those up)."""
     n = rs.shape[0]
     if n == 1:
         return 0
-    if router == PREFIX_AFFINITY:  # else its fallback, ``least_outstanding``
-        r = PR.longest(rid, rs, t)
+    kind = router[0][RT.KIND]
+    if kind == RT.PREFIX_AFFINITY:  # else its fallback, ``least_outstanding``
+        r = RT.longest(rid, rs, router)
         if r < 0:
             r = _least_outstanding(rs, st)
-        PR.remember(rid, r, t)
+        RT.remember(rid, r, router)
         return r
-    if router == JSQ_TOKENS or router == KV_AWARE:  # the least load, then the fewest
+    if kind == RT.POWER_OF_TWO or kind == RT.UNIFORM_RANDOM:
+        return RT.drawn(router, rs)
+    if kind == RT.JSQ_TOKENS or kind == RT.KV_AWARE:  # the least load, then the fewest
         best, low, out = -1, 0, 0  # outstanding, then the first (``first_min``)
         for r in range(n):
             if not rs[r, S.ALIVE]:
                 continue
-            load = _load(r, router, pool, t, cfg)
+            load = _load(r, kind, pool, t, cfg)
             if best < 0 or load < low or (load == low and rs[r, S.OUT] < out):
                 best, low, out = r, load, rs[r, S.OUT]
         return best
-    if router == ROUND_ROBIN:  # the next replica in turn that is up
+    if kind == RT.ROUND_ROBIN:  # the next replica in turn that is up
         for _ in range(n):
             r = st[RR]
             st[RR] = (r + 1) % n

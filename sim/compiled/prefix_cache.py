@@ -7,10 +7,11 @@ request without); a run keeps one int64 per id, not one per block.
 Each replica's cached blocks are a set of ``sim.compiled.lru_map`` with reference counts
 ``refs``; a cached block whose count falls to 0 joins the set's LRU list, and a block
 allocation that finds too few empty blocks evicts the oldest of it (``PagedKVCache._take``).
-``px`` (the table's ``PREFIX`` entry) is ``((on, block size, index slots, load cap),
-chain_off, chain, span, blocks, ref, pending, cache, refs, index, roff, rval)``; the last three are
-``prefix_affinity``'s (``sim.compiled.prefix_router``). With ``on == 0`` nothing here runs
-and blocks are only counted.
+``px`` (the table's ``PREFIX`` entry) is ``((on, block size), chain_off, chain, span,
+blocks, ref, pending, cache, refs)``: per request the offset of its chain of ids, how many
+tokens each id names, how many full blocks it names, the leading blocks it references and
+whether it has computed blocks not yet cached. With ``on == 0`` nothing here runs and blocks
+are only counted.
 """
 
 from __future__ import annotations
@@ -20,17 +21,15 @@ import numpy as np
 from sim.compiled import lru_map as M
 from sim.compiled.jit import compiled
 from sim.kv.prefix import _MIX, id_chain, own_ids
-from sim.routers.prefix_affinity import PrefixAffinityRouter
 
 PREFIX = 14  # the prefix state's index in the compiled table (``sim.compiled.core``)
 CACHED = 15  # the table's ``cached_tokens`` column
 INDEX = 12  # the request table's column of each request's replica (``RequestTable.replica``)
 
 
-def prefix_state(kv, table, replicas: int, router) -> tuple:
+def prefix_state(kv, table, replicas: int) -> tuple:
     """``px`` of ``replicas`` replicas of cache ``kv`` (a ``PagedKVCache`` as built: every
-    replica's is alike) and of the pool's ``router`` (its index if it is ``prefix_affinity``).
-    Without prefix caching and that router: the empty state."""
+    replica's is alike); without prefix caching, the empty state."""
     n = table.size
     on = kv.prefix is not None
     span = np.ones(n, np.int64)  # tokens each id of a request's chain names
@@ -55,25 +54,11 @@ def prefix_state(kv, table, replicas: int, router) -> tuple:
     if on:
         np.cumsum([len(c) for c in chains], out=chain_off[1:])
     chain = np.concatenate(chains) if chains else np.zeros(0, np.int64)
-    affinity = isinstance(router, PrefixAffinityRouter)
-    index_slots, load_cap = (router.capacity, router.load_cap) if affinity else (0, 0)
-    router_ids = router.view.hash_ids if affinity else None
-    counts = np.zeros(n, np.int64)
-    if router_ids is not None:
-        counts[:] = [len(x) if x is not None else 0 for x in router_ids]
-    roff = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=roff[1:])
-    rval = np.fromiter((int(x) for ids in (router_ids if router_ids is not None else ())
-                        if ids is not None for x in ids), np.int64, int(roff[-1]))
-    slots = kv.num_blocks if on else 1
     sets = replicas if on else 1
-    return (np.array([int(on), kv.block_size, index_slots, load_cap], np.int64), chain_off,
-            chain, span, blocks, np.zeros(n if on else 0, np.int64),
-            np.zeros(n if on else 0, np.int64), M.lru_maps(sets, slots),
-            np.zeros((sets, slots), np.int64),
-            M.lru_maps(replicas if index_slots else 1,
-                       index_slots + int(counts.max(initial=0)) if index_slots else 1),
-            roff, rval)
+    slots = kv.num_blocks if on else 1
+    return (np.array([int(on), kv.block_size], np.int64), chain_off, chain, span, blocks,
+            np.zeros(n if on else 0, np.int64), np.zeros(n if on else 0, np.int64),
+            M.lru_maps(sets, slots), np.zeros((sets, slots), np.int64))
 
 
 @compiled

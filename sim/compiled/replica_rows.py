@@ -94,6 +94,15 @@ def want_of(rid, num_tokens, computed, threshold):
 
 
 @compiled
+def unmatch(rid, hit, t, q):
+    """``TokenBudgetScheduler._unmatch``: a request matched to ``hit`` cached tokens was not
+    admitted after all: its references go, it holds nothing."""
+    if hit:
+        free(rid, t, q)
+        t[2][rid] = 0
+
+
+@compiled
 def release(victim, t, q):
     """Recompute preemption of ``victim`` (``kv.free`` and ``RequestTable.preempt``): its
     blocks freed, its KV to be recomputed; the caller queues it again."""

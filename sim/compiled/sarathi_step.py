@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import math
-
+from sim.compiled import prefix_cache as PC
 from sim.compiled.jit import compiled
 from sim.compiled.replica_rows import (
     CHUNK,
+    FREE,
     NRUN,
-    RUNNING,
     WCOUNT,
     WHEAD,
+    admit,
     allocate,
     allocate_decodes,
     preempt,
+    unmatch,
     wait_popleft,
 )
 
@@ -23,7 +24,7 @@ def schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want):
     """``SarathiScheduler.schedule`` (recompute): decodes, then chunks of prompts in
     progress, then chunks of new prompts, into ``bids``/``bnew``/``bctx``; returns the
     batch's size. ``run`` stays in arrival order."""
-    arrival, num_tokens, computed, status, first_sched = t[0], t[1], t[2], t[6], t[7]
+    arrival, num_tokens, computed = t[0], t[1], t[2]
     room, max_seqs, bs = cfg[CHUNK], cfg[1], cfg[4]
     nrun = q[NRUN]
     if not allocate_decodes(run, nrun, t, q, bs):
@@ -70,13 +71,15 @@ def schedule_sarathi(now, t, run, q, wnext, cfg, bids, bnew, bctx, want):
     slots = max_seqs - nrun
     while q[WCOUNT] and slots > 0 and room > 0:  # ``_admit_waiting``
         rid = q[WHEAD]
+        hit = 0  # ``_match_prefix``
+        if t[PC.PREFIX][0][0] and not computed[rid]:
+            hit = computed[rid] = PC.match(t, q, rid, FREE, bs)
         n = num_tokens[rid] - computed[rid]
         if not allocate(rid, n, t, q, bs):  # the whole prompt, up front
+            unmatch(rid, hit, t, q)
             break
         wait_popleft(q, wnext)
-        status[rid] = RUNNING
-        if math.isnan(first_sched[rid]):
-            first_sched[rid] = now
+        admit(rid, now, t, hit)
         k = nrun  # into the running list by arrival, after any that arrived no later
         while k > 0 and arrival[run[k - 1]] > arrival[rid]:
             run[k] = run[k - 1]

@@ -56,6 +56,7 @@ from sim.compiled.replica_rows import (  # noqa: F401  (the rows' fields, for ke
     fit_preempting_last,
     free,
     release,
+    unmatch,
     wait_append,
     wait_popleft,
     want_of,
@@ -169,9 +170,7 @@ def schedule_vllm(now, t, run, q, waiting, cfg, bids, bnew, bctx, want, need):
                     hit = computed[rid] = PC.match(t, q, rid, FREE, bs)
                 n = want_of(rid, num_tokens, computed, threshold)
                 if (n > bud and not chunked) or not allocate(rid, min(n, bud), t, q, bs):
-                    if hit:  # ``_unmatch``
-                        free(rid, t, q)
-                        computed[rid] = 0
+                    unmatch(rid, hit, t, q)
                     break
                 n = min(n, bud)
                 if order == FCFS:

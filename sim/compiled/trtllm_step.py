@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import math
-
+from sim.compiled import prefix_cache as PC
 from sim.compiled.jit import compiled
 from sim.compiled.replica_rows import (
     FREE,
     NO_EVICT,
     NRUN,
-    RUNNING,
     WCOUNT,
     WHEAD,
+    admit,
     allocate,
     allocate_decodes,
     fit_preempting_last,
+    unmatch,
     wait_popleft,
 )
 
@@ -41,8 +41,7 @@ def _full_blocks(rid, prompt, max_output, bs):
 def schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx):
     """``TrtllmScheduler.schedule`` (recompute): generation tokens, then chunks of contexts
     in flight, then new contexts, into ``bids``/``bnew``/``bctx``; returns the batch's size."""
-    num_tokens, computed, max_output, held, status = t[1], t[2], t[4], t[5], t[6]
-    first_sched, prompt = t[7], t[13]
+    num_tokens, computed, max_output, held, prompt = t[1], t[2], t[4], t[5], t[13]
     budget, max_seqs, chunked, bs, no_evict = cfg[0], cfg[1], cfg[3], cfg[4], cfg[NO_EVICT]
     nrun = q[NRUN]
     paused = False
@@ -86,22 +85,27 @@ def schedule_trtllm(now, t, run, q, wnext, cfg, bids, bnew, bctx):
             left -= _full_blocks(run[j], prompt, max_output, bs) - held[run[j]]
     while q[WCOUNT] and slots > 0:
         rid = q[WHEAD]
+        free = q[FREE]
+        hit = 0  # ``_match_prefix``
+        if t[PC.PREFIX][0][0] and not computed[rid]:
+            hit = computed[rid] = PC.match(t, q, rid, FREE, bs)
+        taken = free - q[FREE]  # cached blocks the hit took from the free ones
         n = num_tokens[rid] - computed[rid]
         c = _trt_chunk(n, room, chunked, bs, budget)
         need = 0
         if no_evict and c:
-            need = _full_blocks(rid, prompt, max_output, bs) - held[rid]
+            need = _full_blocks(rid, prompt, max_output, bs) - held[rid] + taken
             if need > left:
                 c = 0
         if c == 0:
+            unmatch(rid, hit, t, q)
             break
         left -= need
         if not allocate(rid, n, t, q, bs):  # the prompt's blocks, at start
+            unmatch(rid, hit, t, q)
             break
         wait_popleft(q, wnext)
-        status[rid] = RUNNING
-        if math.isnan(first_sched[rid]):
-            first_sched[rid] = now
+        admit(rid, now, t, hit)
         run[nrun] = rid
         nrun += 1
         q[NRUN] = nrun

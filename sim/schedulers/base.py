@@ -80,6 +80,9 @@ class TokenBudgetScheduler:
     # the compiled loop (sim.compiled) runs this policy: setting -> the values it handles
     # (None: any); every setting is listed. None: the reference engine always runs it.
     fast_path: dict[str, tuple | None] | None = None
+    # the compiled loop matches and caches prefixes as this policy does
+    # (sim.compiled.prefix_cache); False: its runs with prefix caching take the reference engine
+    compiled_prefix_cache = False
 
     @classmethod
     def prefill_chunk(cls, cfg) -> int:

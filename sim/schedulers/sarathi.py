@@ -41,6 +41,7 @@ class SarathiScheduler(TokenBudgetScheduler):
                                                 "max_num_batched_tokens"}
     chunk_fields = ("chunk_size", "max_num_batched_tokens")
     # sim.compiled.step_schedule.schedule_sarathi is this class's loop (recompute preemption)
+    compiled_prefix_cache = True
     fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
                  "chunk_size": None, "max_num_batched_tokens": None}
 

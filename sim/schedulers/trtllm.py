@@ -53,6 +53,7 @@ class TrtllmScheduler(TokenBudgetScheduler):
         "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "capacity_scheduler_policy"}
     # sim.compiled.step_schedule.schedule_trtllm is this class's loop (recompute pausing)
+    compiled_prefix_cache = True
     fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
                  "max_num_batched_tokens": None, "enable_chunked_prefill": None,
                  "capacity_scheduler_policy": None}

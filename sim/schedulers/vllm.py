@@ -42,6 +42,7 @@ class VllmScheduler(TokenBudgetScheduler):
         "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "long_prefill_token_threshold", "policy"}
     # sim.compiled.step_schedule is this class's loop (sim.compiled.keyed_queue its keyed order)
+    compiled_prefix_cache = True
     fast_path = {"name": None, "max_model_len": None, "max_num_seqs": None,
                  "max_num_batched_tokens": None, "enable_chunked_prefill": None,
                  "long_prefill_token_threshold": None, "policy": ("fcfs", "priority")}

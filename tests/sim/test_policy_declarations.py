@@ -110,3 +110,4 @@ def test_the_prefill_chunk_the_memory_rules_read_is_the_first_chunk_field():
     assert SCHEDULERS["vllm"].prefill_chunk(s) == 16384
     assert all(cls.prefill_chunk(s) == getattr(s, cls.chunk_fields[0])
                for cls in SCHEDULERS.values())
+

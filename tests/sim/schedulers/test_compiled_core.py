@@ -75,9 +75,10 @@ CASES = {
 
 @pytest.mark.parametrize("replicas, router", [(1, "round_robin"), (3, "round_robin"),
                                               (3, "least_outstanding"), (3, "jsq_tokens"),
-                                              (3, "kv_aware")],
+                                              (3, "kv_aware"), (3, "power_of_two"),
+                                              (3, "random")],
                          ids=["one", "round_robin", "least_outstanding", "jsq_tokens",
-                              "kv_aware"])
+                              "kv_aware", "power_of_two", "random"])
 @pytest.mark.parametrize("timeline", [True, False], ids=["timeline", "totals"])
 @pytest.mark.parametrize("case", CASES)
 def test_compiled_equals_simpy_engine(tiny_config, requests, case, timeline, replicas, router):
@@ -292,15 +293,14 @@ def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_fo
 
 @pytest.mark.parametrize("overrides, reason", [
     (["engine=python"], "engine=python"),
-    (["cluster.replicas=2", "cluster.router=power_of_two"],
-     "router power_of_two (compiled: round_robin, least_outstanding, jsq_tokens, kv_aware, "
-     "prefix_affinity)"),
+    (["cluster=autoscaled", "cluster.router=power_of_two"],
+     "prefix caching or router power_of_two with an autoscaler"),
     (["cluster.replicas=2", "cluster.router=kv_aware", "scheduler.policy=priority"],
      "router kv_aware with a keyed waiting order (priority)"),
     (["cluster=disagg"], "disaggregated prefill and decode"),
     (["scheduler=static"], "scheduler=static (compiled: orca, vllm, sarathi, trtllm, edf, sglang)"),
     (["kv_cache.prefix_caching=true", "scheduler=sglang"],
-     "prefix caching with scheduler=sglang (compiled: vllm, edf)"),
+     "prefix caching with scheduler=sglang (compiled: vllm, sarathi, trtllm, edf)"),
     (["kv_cache.prefix_caching=true", "kv_cache.cpu_offload_gb=1"],
      "swap, a host tier of the prefix cache, or state blocks"),
     (["cost_model=constant"], "the cost model is not the roofline"),

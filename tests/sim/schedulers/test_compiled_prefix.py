@@ -14,9 +14,11 @@ import pytest
 
 from sim import simulate
 from sim.compiled import lru_map as M
+from sim.compiled.core import PREFIX_SCHEDULERS
 from sim.compiled.prefix_cache import hash_at, num_hashes, prefix_state
 from sim.kv.manager import PagedKVCache
 from sim.kv.prefix import block_hashes, own_block_hashes
+from sim.schedulers import SCHEDULERS
 from tests.sim.schedulers.test_compiled_core import assert_same_records, both_engines
 
 SPAN = 8  # tokens one trace id names here (cluster.prefix_block_tokens)
@@ -41,8 +43,8 @@ def shared_prefix_workload(requests, seed: int, n: int = 90):
 
 
 def prefix_config(tiny_config, blocks: int, replicas: int, router: str, budget: int = 128,
-                  **sched):
-    cfg = tiny_config("vllm", roofline=True, max_seqs=6, budget=budget, num_blocks=blocks,
+                  name: str = "vllm", **sched):
+    cfg = tiny_config(name, roofline=True, max_seqs=6, budget=budget, num_blocks=blocks,
                       block_size=4, **sched)
     cfg.kv_cache = replace(cfg.kv_cache, prefix_caching=True)
     cfg.cluster = replace(cfg.cluster, replicas=replicas, router=router,
@@ -82,6 +84,36 @@ def test_prefix_caching_under_other_vllm_settings(tiny_config, requests, sched):
     assert a.requests["cached_tokens"].sum() > 0
 
 
+@pytest.mark.parametrize("sched", [{"name": "sarathi", "chunk_size": 64},
+                                   {"name": "trtllm"},
+                                   {"name": "trtllm",
+                                    "capacity_scheduler_policy": "MAX_UTILIZATION"}],
+                         ids=["sarathi", "trtllm_no_evict", "trtllm_max_utilization"])
+@pytest.mark.parametrize("replicas, router", [(1, "round_robin"), (3, "prefix_affinity")],
+                         ids=["one", "prefix_affinity"])
+@pytest.mark.parametrize("blocks", [30, 60, 400], ids=["evicting", "preempting", "roomy"])
+def test_prefix_caching_under_sarathi_and_trtllm(tiny_config, requests, sched, replicas,
+                                                 router, blocks):
+    """Their admissions match prefixes as vLLM's does (TensorRT-LLM's guaranteed-no-evict
+    reserve counts the cached blocks a hit took from the free ones)."""
+    cfg = prefix_config(tiny_config, blocks, replicas, router, **sched)
+    for seed in (0, 5):
+        a, b = both_engines(cfg, shared_prefix_workload(requests, seed))
+        assert_same_records(a, b)
+        assert a.requests["cached_tokens"].sum() > 0
+
+
+@pytest.mark.parametrize("name", PREFIX_SCHEDULERS)
+def test_every_policy_declaring_a_compiled_prefix_cache_has_one(tiny_config, requests, name):
+    """A policy whose class declares ``compiled_prefix_cache`` runs prefix caching on the
+    compiled loop with the records of its Python class."""
+    extra = {"chunk_size": 64} if "chunk_size" in SCHEDULERS[name].settings else {}
+    cfg = prefix_config(tiny_config, 60, 1, "round_robin", name=name, **extra)
+    a, b = both_engines(cfg, shared_prefix_workload(requests, 3))
+    assert_same_records(a, b)
+    assert a.requests["cached_tokens"].sum() > 0
+
+
 def test_the_compiled_hashes_are_the_caches(requests):
     """``hash_at`` names a block as ``PagedKVCache`` does: a trace's chained hashes, and a
     request without ids by its own chain over its prompt and output."""
@@ -95,7 +127,7 @@ def test_the_compiled_hashes_are_the_caches(requests):
     class Table:
         size = 3
 
-    px = prefix_state(kv, Table, 1, None)
+    px = prefix_state(kv, Table, 1)
     expected = [block_hashes(ids[0], 40, SPAN, 4), own_block_hashes(1, 26, 4),
                 own_block_hashes(2, 6, 4)]
     for rid, want in enumerate(expected):
@@ -139,7 +171,7 @@ def test_lru_maps_behave_as_ordered_dicts():
 
 
 @pytest.mark.parametrize("override, reason", [
-    ({"scheduler": "sarathi"}, "prefix caching with scheduler=sarathi"),
+    ({"scheduler": "sglang"}, "prefix caching with scheduler=sglang"),
     ({"preemption": "swap"}, "swap, a host tier"),
 ])
 def test_what_the_compiled_prefix_cache_does_not_run_says_why(tiny_config, requests, override,
