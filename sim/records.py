@@ -149,8 +149,10 @@ class StepTotals:
         self.num_steps += k
         total = float(step_s.sum())
         self.time_s += total
-        self.batch_time += float(np.dot(np.broadcast_to(batch_size, (k,)), step_s))
-        self.kv_time += float(np.dot(kv_used, step_s))
+        # (products summed, not ``np.dot``: BLAS's threads cost milliseconds a call on a busy
+        # machine, for a few thousand rows)
+        self.batch_time += float((np.broadcast_to(batch_size, (k,)) * step_s).sum())
+        self.kv_time += float((kv_used * step_s).sum())
         self.max_kv_blocks = max(self.max_kv_blocks, int(kv_used.max()))
         self.compute_s += _total(compute_s, k)
         self.memory_s += _total(memory_s, k)
