@@ -95,12 +95,11 @@ def queue(q, waiting, rid, arrival, cfg):
 
 @compiled
 def latest_key(run, nrun, waiting):
-    """Index in ``run[:nrun]`` of the first request with the largest ``(k1, k2)``: the
+    """Index in ``run[:nrun]`` of the request least urgent by ``(k1, k2, id)``: the
     preemption victim under a keyed order (``VllmScheduler._victim``)."""
     k1, k2 = waiting[2], waiting[3]
     j = 0
     for i in range(1, nrun):
-        a, b = run[i], run[j]
-        if k1[a] > k1[b] or (k1[a] == k1[b] and k2[a] > k2[b]):
+        if urgent(run[j], run[i], k1, k2):
             j = i
     return j

@@ -70,12 +70,16 @@ class VllmScheduler(TokenBudgetScheduler):
         return self.waiting_order != "arrival"
 
     def _victim(self, run: list[int]) -> int:
-        """Index in ``run`` of the request to preempt: the last admitted (FCFS), or the first
-        with the largest key (vLLM's ``max(self.running, key=...)``)."""
+        """Index in ``run`` of the request to preempt: the last admitted (FCFS), or the one
+        with the largest key (vLLM's ``max(self.running, key=...)``), ties broken by the
+        larger id as the waiting queue breaks them. vLLM's keys end with the arrival time,
+        which two requests never share; here requests can arrive at one instant, and two
+        with equal keys each taken as the victim of the other would preempt each other
+        forever (each preempted as its twin allocates, at the front of the running list)."""
         if not self.by_key:
             return len(run) - 1
         key = self.waiting.key
-        return max(range(len(run)), key=lambda j: key(run[j]))
+        return max(range(len(run)), key=lambda j: (*key(run[j]), run[j]))
 
     def can_fast_forward(self, batch: Batch) -> bool:
         """As the base class, except that under a keyed order a waiting queue that still

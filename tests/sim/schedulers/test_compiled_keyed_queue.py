@@ -40,9 +40,10 @@ def test_pops_come_in_keyed_queue_order(bases, arrivals, ops, order):
         assert Q.wait_pop_keyed(q, waiting) == ref.popleft()
 
 
-def test_the_victim_is_the_first_with_the_largest_key():
+def test_the_victim_is_the_least_urgent_by_key_then_id():
     k1, k2 = np.array([1.0, 2.0, 2.0, 0.0]), np.array([0.0, 0.5, 0.5, 9.0])
     waiting = (np.zeros(4, np.int64), np.zeros(4, np.int64), k1, k2, np.zeros(4))
-    run = np.array([3, 1, 2, 0], np.int64)
-    assert Q.latest_key(run, 4, waiting) == 1  # 1 and 2 tie: the first in ``run``
+    run = np.array([3, 2, 1, 0], np.int64)
+    assert Q.latest_key(run, 4, waiting) == 1  # 1 and 2 tie: the larger id, wherever it runs
+    assert Q.latest_key(np.array([3, 1, 2, 0], np.int64), 4, waiting) == 2
     assert Q.latest_key(run, 1, waiting) == 0

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+from dataclasses import replace
+
 import numpy as np
+import pytest
+
+from sim import simulate
 
 
 def test_priority_orders_admission_then_arrival(make, step):
@@ -66,3 +72,45 @@ def test_edf_serves_the_earliest_ttft_deadline(make, step):
 def test_edf_without_targets_is_fcfs(make, step):
     s, _, _ = make("edf", [10, 10, 10], [1, 1, 1], arrivals=[0.0, 0.1, 0.2], max_num_seqs=1)
     assert [int(step(s, float(i))[0].ids[0]) for i in range(3)] == [0, 1, 2]
+
+
+def test_equal_keys_preempt_the_larger_id(make, step):
+    """Two requests of one priority and arrival: the victim is the later one in the waiting
+    queue's order (the larger id), not the first of the running list; were it the first,
+    each would preempt the other as it is readmitted at the front, forever."""
+    s, t, _ = make("vllm", [8, 8], [20, 20], num_blocks=5, block_size=4,
+                   priority=np.array([0, 0]), policy="priority")
+    step(s, 0.0)
+    assert list(s.running) == [0, 1]
+    for now in range(1, 4):
+        step(s, float(now))
+    assert list(t.preemptions) == [0, 1]
+
+
+@pytest.mark.parametrize("engine", ["python", "auto"])
+def test_equal_keys_that_cannot_all_fit_end(tiny_config, requests, engine):
+    """EDF in 3-token chunks on a cache too small for its four requests behind
+    ``prefix_affinity`` (an adversarial campaign's case): it ends (it ran forever when each
+    of two requests with one key was the other's victim)."""
+    cfg = tiny_config("edf", num_blocks=15, block_size=4, max_seqs=2, budget=400,
+                      roofline=True, long_prefill_token_threshold=3,
+                      enable_chunked_prefill=False)
+    cfg.kv_cache = replace(cfg.kv_cache, prefix_caching=True)
+    cfg.cluster = replace(cfg.cluster, replicas=2, router="prefix_affinity",
+                          prefix_block_tokens=3)
+    cfg.engine = engine
+    ids = np.empty(4, object)
+    ids[:] = [(0, 1, 2, 3, 4, 5, 10200, 10201, 0, 0, 1), (200, 10250, 10251, 200, 200, 10250),
+              None, (0,)]
+    req = requests([0.0] * 4, [35, 17, 20, 1], [20, 10, 20, 20], hash_ids=ids)
+    signal.signal(signal.SIGALRM, _too_long)
+    signal.alarm(60)
+    try:
+        rec = simulate(cfg, req)
+    finally:
+        signal.alarm(0)
+    assert (rec.requests["status"] == "completed").all()
+
+
+def _too_long(*_):
+    raise TimeoutError("the run did not end within 60 s")
