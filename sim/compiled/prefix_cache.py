@@ -30,8 +30,8 @@ INDEX = 12  # the request table's column of each request's replica (``RequestTab
 def prefix_state(kv, table, replicas: int) -> tuple:
     """``px`` of ``replicas`` replicas of cache ``kv`` (a ``PagedKVCache`` as built: every
     replica's is alike); without prefix caching, the empty state."""
-    n = table.size
     on = kv.prefix is not None
+    n = table.size if on else 0  # (off: no per-request arrays, a million requests or not)
     span = np.ones(n, np.int64)  # tokens each id of a request's chain names
     blocks = np.zeros(n, np.int64)
     chains = []
@@ -57,8 +57,8 @@ def prefix_state(kv, table, replicas: int) -> tuple:
     sets = replicas if on else 1
     slots = kv.num_blocks if on else 1
     return (np.array([int(on), kv.block_size], np.int64), chain_off, chain, span, blocks,
-            np.zeros(n if on else 0, np.int64), np.zeros(n if on else 0, np.int64),
-            M.lru_maps(sets, slots), np.zeros((sets, slots), np.int64))
+            np.zeros(n, np.int64), np.zeros(n, np.int64), M.lru_maps(sets, slots),
+            np.zeros((sets, slots), np.int64))
 
 
 @compiled

@@ -36,9 +36,11 @@ def router_state(router, replicas: int, refusal: np.ndarray) -> tuple:
     kind = KINDS.get(router.name, ROUND_ROBIN)
     meta = np.zeros(4, np.int64)
     meta[KIND] = kind
-    n = len(refusal)
-    counts = np.zeros(n, np.int64)
     ids = router.view.hash_ids if isinstance(router, PrefixAffinityRouter) else None
+    if kind == PREFIX_AFFINITY and ids is None:  # nothing to index: its fallback decides
+        meta[KIND] = LEAST_OUTSTANDING
+    n = len(refusal) if ids is not None else 0  # (per-request arrays only for the index)
+    counts = np.zeros(n, np.int64)
     if ids is not None:
         meta[CAPACITY], meta[LOAD_CAP] = router.capacity, router.load_cap
         counts[:] = [len(x) if x is not None else 0 for x in ids]

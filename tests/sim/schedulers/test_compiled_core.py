@@ -76,9 +76,10 @@ CASES = {
 @pytest.mark.parametrize("replicas, router", [(1, "round_robin"), (3, "round_robin"),
                                               (3, "least_outstanding"), (3, "jsq_tokens"),
                                               (3, "kv_aware"), (3, "power_of_two"),
-                                              (3, "random")],
+                                              (3, "random"), (3, "prefix_affinity")],
                          ids=["one", "round_robin", "least_outstanding", "jsq_tokens",
-                              "kv_aware", "power_of_two", "random"])
+                              "kv_aware", "power_of_two", "random",
+                              "prefix_affinity_without_ids"])
 @pytest.mark.parametrize("timeline", [True, False], ids=["timeline", "totals"])
 @pytest.mark.parametrize("case", CASES)
 def test_compiled_equals_simpy_engine(tiny_config, requests, case, timeline, replicas, router):
