@@ -5,7 +5,10 @@
 A set holds at most ``slots`` keys. Each key has a slot (0 … slots − 1) found through an
 open-addressing table (linear probing, twice the slots or more, deletion by backward shift),
 and a slot can be linked into the set's LRU list (oldest at the head). ``m`` is
-``(table, keys, prev, next, free, meta, shift)``: per set a row of each array.
+``(table, slots, meta)``: per set a row of the table (slot + 1, 0: empty), of the slots'
+fields (``KEY``, ``PREV``, ``NEXT``, ``FREE`` — the stack of free slots — and the owner's
+own columns after them) and of its meta fields. Three arrays, not one per field: the loop
+passes its state to every call, and each array it passes costs (``sim.compiled.core``).
 """
 
 from __future__ import annotations
@@ -14,40 +17,42 @@ import numpy as np
 
 from sim.compiled.jit import compiled
 
-NFREE, HEAD, TAIL, NLRU, SIZE = range(5)  # fields of a set's meta row
+KEY, PREV, NEXT, FREE = range(4)  # a slot's fields; an owner's own columns follow
+NFREE, HEAD, TAIL, NLRU, SIZE, SHIFT = range(6)  # a set's meta fields
 _GOLD = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing's multiplier
 
 
-def lru_maps(sets: int, slots: int) -> tuple:
-    """``sets`` empty sets of at most ``slots`` keys each."""
+def lru_maps(sets: int, slots: int, columns: int = 0) -> tuple:
+    """``sets`` empty sets of at most ``slots`` keys each, with ``columns`` more int64 fields
+    per slot for their owner."""
     slots = max(int(slots), 1)
     bits = max(int(2 * slots - 1).bit_length(), 1)
-    free = np.empty((sets, slots), np.int64)
-    free[:] = np.arange(slots - 1, -1, -1)
-    meta = np.zeros((sets, 5), np.int64)
+    fields = np.zeros((sets, slots, 4 + columns), np.int64)
+    fields[:, :, PREV] = fields[:, :, NEXT] = -1
+    fields[:, :, FREE] = np.arange(slots - 1, -1, -1)
+    meta = np.zeros((sets, 6), np.int64)
     meta[:, NFREE] = slots
     meta[:, HEAD] = meta[:, TAIL] = -1
-    return (np.zeros((sets, 1 << bits), np.int64), np.zeros((sets, slots), np.int64),
-            np.full((sets, slots), -1, np.int64), np.full((sets, slots), -1, np.int64), free,
-            meta, np.array([64 - bits], np.uint64))
+    meta[:, SHIFT] = 64 - bits
+    return np.zeros((sets, 1 << bits), np.int64), fields, meta
 
 
 @compiled
-def _home(key, m):
-    return np.int64((np.uint64(key) * _GOLD) >> m[6][0])
+def _home(key, m, r):
+    return np.int64((np.uint64(key) * _GOLD) >> np.uint64(m[2][r, SHIFT]))
 
 
 @compiled
 def find(m, r, key):
     """The slot of ``key`` in set ``r``, or −1."""
-    table, keys = m[0], m[1]
+    table, f = m[0], m[1]
     mask = table.shape[1] - 1
-    p = _home(key, m)
+    p = _home(key, m, r)
     while True:
         s = table[r, p] - 1
         if s < 0:
             return -1
-        if keys[r, s] == key:
+        if f[r, s, KEY] == key:
             return s
         p = (p + 1) & mask
 
@@ -55,14 +60,14 @@ def find(m, r, key):
 @compiled
 def add(m, r, key):
     """Put ``key`` (not in set ``r``) in a free slot, unlinked; its slot."""
-    table, keys, free, meta = m[0], m[1], m[4], m[5]
+    table, f, meta = m
     if meta[r, NFREE] == 0:
         raise AssertionError("an LRU map of the compiled loop is full")
     meta[r, NFREE] -= 1
-    s = free[r, meta[r, NFREE]]
-    keys[r, s] = key
+    s = f[r, meta[r, NFREE], FREE]
+    f[r, s, KEY] = key
     mask = table.shape[1] - 1
-    p = _home(key, m)
+    p = _home(key, m, r)
     while table[r, p]:
         p = (p + 1) & mask
     table[r, p] = s + 1
@@ -73,9 +78,9 @@ def add(m, r, key):
 @compiled
 def remove(m, r, s):
     """Take slot ``s``'s key (unlinked) out of set ``r``; the slot is free again."""
-    table, keys, free, meta = m[0], m[1], m[4], m[5]
+    table, f, meta = m
     mask = table.shape[1] - 1
-    p = _home(keys[r, s], m)
+    p = _home(f[r, s, KEY], m, r)
     while table[r, p] - 1 != s:
         p = (p + 1) & mask
     table[r, p] = 0
@@ -85,12 +90,12 @@ def remove(m, r, s):
         t = table[r, j] - 1
         if t < 0:
             break
-        h = _home(keys[r, t], m)
+        h = _home(f[r, t, KEY], m, r)
         if (j > p and (h <= p or h > j)) or (j < p and h <= p and h > j):
             table[r, p] = t + 1
             table[r, j] = 0
             p = j
-    free[r, meta[r, NFREE]] = s
+    f[r, meta[r, NFREE], FREE] = s
     meta[r, NFREE] += 1
     meta[r, SIZE] -= 1
 
@@ -98,11 +103,11 @@ def remove(m, r, s):
 @compiled
 def link(m, r, s):
     """Slot ``s`` becomes the newest of set ``r``'s LRU list."""
-    prev, nxt, meta = m[2], m[3], m[5]
+    f, meta = m[1], m[2]
     tail = meta[r, TAIL]
-    prev[r, s], nxt[r, s] = tail, -1
+    f[r, s, PREV], f[r, s, NEXT] = tail, -1
     if tail >= 0:
-        nxt[r, tail] = s
+        f[r, tail, NEXT] = s
     else:
         meta[r, HEAD] = s
     meta[r, TAIL] = s
@@ -112,14 +117,14 @@ def link(m, r, s):
 @compiled
 def unlink(m, r, s):
     """Take slot ``s`` out of set ``r``'s LRU list."""
-    prev, nxt, meta = m[2], m[3], m[5]
-    a, b = prev[r, s], nxt[r, s]
+    f, meta = m[1], m[2]
+    a, b = f[r, s, PREV], f[r, s, NEXT]
     if a >= 0:
-        nxt[r, a] = b
+        f[r, a, NEXT] = b
     else:
         meta[r, HEAD] = b
     if b >= 0:
-        prev[r, b] = a
+        f[r, b, PREV] = a
     else:
         meta[r, TAIL] = a
     meta[r, NLRU] -= 1
@@ -128,18 +133,7 @@ def unlink(m, r, s):
 @compiled
 def pop_oldest(m, r):
     """Remove the oldest key of set ``r``'s LRU list from the set; its slot (now free)."""
-    s = m[5][r, HEAD]
+    s = m[2][r, HEAD]
     unlink(m, r, s)
     remove(m, r, s)
     return s
-
-
-@compiled
-def clear(m, r):
-    """Empty set ``r``."""
-    table, free, meta = m[0], m[4], m[5]
-    table[r, :] = 0
-    n = free.shape[1]
-    for i in range(n):
-        free[r, i] = n - 1 - i
-    meta[r, NFREE], meta[r, HEAD], meta[r, TAIL], meta[r, NLRU], meta[r, SIZE] = n, -1, -1, 0, 0

@@ -110,5 +110,5 @@ def remember(rid, r, router):
         else:
             M.unlink(index, r, s)
         M.link(index, r, s)
-    while index[5][r, M.SIZE] > meta[CAPACITY]:
+    while index[2][r, M.SIZE] > meta[CAPACITY]:
         M.pop_oldest(index, r)

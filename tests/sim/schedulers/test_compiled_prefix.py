@@ -159,14 +159,14 @@ def test_lru_maps_behave_as_ordered_dicts():
             M.link(m, r, M.add(m, r, key))
             ref[r][key] = None
         else:
-            assert m[1][r, M.pop_oldest(m, r)] == ref[r].popitem(last=False)[0]
-        assert m[5][r, M.SIZE] == m[5][r, M.NLRU] == len(ref[r])
+            assert m[1][r, M.pop_oldest(m, r), M.KEY] == ref[r].popitem(last=False)[0]
+        assert m[2][r, M.SIZE] == m[2][r, M.NLRU] == len(ref[r])
     for r in range(2):
         assert all(M.find(m, r, k) >= 0 for k in ref[r])
-        order, s = [], m[5][r, M.HEAD]
+        order, s = [], m[2][r, M.HEAD]
         while s >= 0:
-            order.append(int(m[1][r, s]))
-            s = m[3][r, s]
+            order.append(int(m[1][r, s, M.KEY]))
+            s = m[1][r, s, M.NEXT]
         assert order == list(ref[r])
 
 
