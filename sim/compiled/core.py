@@ -103,9 +103,10 @@ def why_not_compiled(cfg, run) -> str:
             (kv.prefix is not None and cluster.cfg.scheduler.name not in PREFIX_SCHEDULERS,
              f"prefix caching with scheduler={cluster.cfg.scheduler.name} (compiled: "
              f"{', '.join(PREFIX_SCHEDULERS)})"),
-            ((kv.prefix is not None or c.router in STATIC_ROUTERS)
-             and cluster.autoscaler is not None,
-             f"prefix caching or router {c.router} with an autoscaler"),
+            (kv.prefix is not None and cluster.autoscaler is not None,
+             "prefix caching with an autoscaler"),
+            (c.router in STATIC_ROUTERS and cluster.autoscaler is not None,
+             f"router {c.router} with an autoscaler"),
         ]
         order = pool.parts[0].scheduler.waiting_order
         reasons.append((len(pool.replicas) > 1 and c.router in LOAD_ROUTERS

@@ -295,7 +295,8 @@ def test_compiled_equals_simpy_engine_on_shipped_models(compose_cfg, requests_fo
 @pytest.mark.parametrize("overrides, reason", [
     (["engine=python"], "engine=python"),
     (["cluster=autoscaled", "cluster.router=power_of_two"],
-     "prefix caching or router power_of_two with an autoscaler"),
+     "router power_of_two with an autoscaler"),
+    (["cluster=autoscaled", "kv_cache=prefix"], "prefix caching with an autoscaler"),
     (["cluster.replicas=2", "cluster.router=kv_aware", "scheduler.policy=priority"],
      "router kv_aware with a keyed waiting order (priority)"),
     (["cluster=disagg"], "disaggregated prefill and decode"),

@@ -1,6 +1,5 @@
 """vLLM's prefix cache and the ``prefix_affinity`` router on the compiled loop
-(``sim.compiled.prefix_cache``, ``prefix_router``, ``lru_map``) give the SimPy engine's
-records."""
+(``sim.compiled.prefix_cache``, ``routing``, ``lru_map``) give the SimPy engine's records."""
 
 from __future__ import annotations
 
