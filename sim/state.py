@@ -99,6 +99,18 @@ class RequestTable:
         return np.where(self.status == FAILED, np.array(FAIL_REASONS)[self.fail_reason], "")
 
 
+def check_ttft_targets(ttft_slo_ms: np.ndarray) -> None:
+    """Refuse a ``ttft_slo_ms`` column with a target that is not a number > 0 (inf: none), as
+    the workload's classes are refused: a NaN deadline compares with nothing, so a keyed order
+    (``scheduler=edf``) could no longer pick one victim among its requests. One
+    ``ConfigError`` naming the first bad row and its value."""
+    slo = np.asarray(ttft_slo_ms, np.float64)
+    rows = np.flatnonzero(~(slo > 0))
+    if len(rows):
+        raise ConfigError(f"requests.ttft_slo_ms (row {rows[0]})", float(slo[rows[0]]),
+                          "a number > 0 in milliseconds (inf: no target)")
+
+
 def check_releases(arrival: np.ndarray, think: np.ndarray, follow_up: np.ndarray) -> None:
     """Refuse a request table whose requests cannot all be released as it says: an arrival
     that is not a finite time ≥ 0 (NaN only for a closed-loop follow-up), a think time that

@@ -40,7 +40,14 @@ from sim.engine.cluster_outputs import cluster_timeline, run_meta, step_totals
 from sim.engine.replica import TIMELINE_COLUMNS
 from sim.errors import sigterm_interrupts
 from sim.records import LogHistogram, Records
-from sim.state import REJECT_REASONS, REJECTED, STATUS_NAMES, RequestTable, check_releases
+from sim.state import (
+    REJECT_REASONS,
+    REJECTED,
+    STATUS_NAMES,
+    RequestTable,
+    check_releases,
+    check_ttft_targets,
+)
 from sim.timeline_file import TimelineFile
 
 
@@ -278,7 +285,10 @@ def build_llm(env: simpy.Environment, cfg, requests: pd.DataFrame, progress=None
     """The replicas of ``cfg.cluster`` and the release of ``requests`` to them, as processes
     of ``env`` (``simulate`` runs them alone; ``cluster=mixed`` next to a diffusion pool);
     ``timeline_path``: as ``simulate``'s."""
-    ttft_slo = requests["ttft_slo_ms"].to_numpy() * 1e-3 if "ttft_slo_ms" in requests else None
+    ttft_slo = None
+    if "ttft_slo_ms" in requests:
+        check_ttft_targets(requests["ttft_slo_ms"].to_numpy())
+        ttft_slo = requests["ttft_slo_ms"].to_numpy() * 1e-3
     table = RequestTable(requests["arrival_time_s"].to_numpy(),
                          requests["input_tokens"].to_numpy(),
                          requests["output_tokens"].to_numpy(),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sim import simulate
+from sim.errors import ConfigError
 
 
 def test_priority_orders_admission_then_arrival(make, step):
@@ -114,3 +115,18 @@ def test_equal_keys_that_cannot_all_fit_end(tiny_config, requests, engine):
 
 def _too_long(*_):
     raise TimeoutError("the run did not end within 60 s")
+
+
+@pytest.mark.parametrize("value", [np.nan, 0.0, -5.0])
+def test_a_ttft_target_that_is_not_a_number_above_zero_is_one_error(tiny_config, requests,
+                                                                     value):
+    """A NaN deadline would compare with nothing (no victim among equal keys again); the
+    table column is refused as the workload's classes are (inf: no target)."""
+    req = requests([0.0, 0.1], [10, 10], [5, 5])
+    req["ttft_slo_ms"] = [np.inf, value]
+    cfg = tiny_config("edf", roofline=True)
+    with pytest.raises(ConfigError, match="a number > 0") as err:
+        simulate(cfg, req)
+    assert err.value.field == "requests.ttft_slo_ms (row 1)"
+    req["ttft_slo_ms"] = [np.inf, 50.0]
+    assert (simulate(cfg, req).requests["status"] == "completed").all()
