@@ -1,9 +1,9 @@
 """vLLM's prefix cache in compiled code: ``PagedKVCache``'s prefix operations and
 ``PrefixPool`` (``sim.kv.manager``, ``sim.kv.prefix``) over arrays, for the compiled loop.
 
-A request's block hashes are those ``PagedKVCache._block_hashes`` gives (``block_hashes``),
-computed when needed from its chain of ids (``id_chain``: a trace's ids, or ``own_ids`` for a
-request without); a run keeps one int64 per id, not one per block.
+A request's block hashes are those ``PagedKVCache._block_hashes`` gives (``block_hashes`` of
+what ``block_names`` says names them), computed when needed from its chain of ids
+(``id_chain``); a run keeps one int64 per id, not one per block.
 Each replica's cached blocks are a set of ``sim.compiled.lru_map`` with reference counts
 ``refs``; a cached block whose count falls to 0 joins the set's LRU list, and a block
 allocation that finds too few empty blocks evicts the oldest of it (``PagedKVCache._take``).
@@ -20,7 +20,7 @@ import numpy as np
 
 from sim.compiled import lru_map as M
 from sim.compiled.jit import compiled
-from sim.kv.prefix import _MIX, id_chain, own_ids
+from sim.kv.prefix import _MIX, id_chain
 
 PREFIX = 14  # the prefix state's index in the compiled table (``sim.compiled.core``)
 CHAIN, SPAN, BLOCKS, REF, PENDING = range(5)  # a request's fields
@@ -37,19 +37,10 @@ def prefix_state(kv, table, replicas: int) -> tuple:
     req = np.zeros((n, 5), np.int64)
     chains = []
     if on:
-        hash_ids, g, lengths = kv.prefix_source
         bs = kv.block_size
         offset = 0
-        for rid in range(n):  # as ``PagedKVCache._block_hashes`` names them
-            ids = hash_ids[rid] if hash_ids is not None else None
-            if ids is not None and len(ids):
-                span, tokens = g, len(ids) * g
-            elif lengths is not None:
-                ids = own_ids(rid)
-                tokens = int(lengths[rid])
-                span = max(tokens, 1)
-            else:
-                ids, span, tokens = (), 1, 0
+        for rid in range(n):
+            ids, span, tokens = kv.block_names(rid) or ((), 1, 0)
             chains.append(id_chain(ids))
             req[rid, CHAIN], req[rid, SPAN] = offset, span
             req[rid, BLOCKS] = min(tokens, len(ids) * span) // bs

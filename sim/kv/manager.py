@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kv.offload import HostTier
-from sim.kv.prefix import PrefixPool, block_hashes, own_block_hashes
+from sim.kv.prefix import PrefixPool, block_hashes, own_ids
 from sim.kv.swap import SwapSpace
 
 MOONCAKE_BLOCK = 512  # tokens named by one id of a trace's ``hash_ids``
@@ -108,10 +108,17 @@ class PagedKVCache:
         self._hash_ids, self._trace_block = hash_ids, int(trace_block)
         self._lengths = lengths
 
-    @property
-    def prefix_source(self) -> tuple:
-        """What names blocks (``set_prefix_source``): ``(hash_ids, trace_block, lengths)``."""
-        return self._hash_ids, self._trace_block, self._lengths
+    def block_names(self, rid: int) -> tuple | None:
+        """What names ``rid``'s blocks (``set_prefix_source``): ``(ids, tokens each id names,
+        tokens they name)`` — its trace ids, or, without ids, the one id of its own over its
+        prompt and output (``own_ids``) — or None when nothing names them."""
+        ids = self._hash_ids[rid] if self._hash_ids is not None else None
+        if ids is not None and len(ids):
+            return ids, self._trace_block, len(ids) * self._trace_block
+        if self._lengths is not None:
+            tokens = int(self._lengths[rid])
+            return own_ids(rid), max(tokens, 1), tokens
+        return None
 
     def set_lengths(self, prompt: np.ndarray, max_output: np.ndarray) -> None:
         """Each request's prompt and most output tokens (the request table's columns, shared
@@ -288,15 +295,11 @@ class PagedKVCache:
         hashes = self._hashes.get(rid)
         if hashes is not None:
             return hashes
-        ids = self._hash_ids[rid] if self._hash_ids is not None else None
-        if ids is not None and len(ids):
-            g = self._trace_block
-            hashes = block_hashes(ids, len(ids) * g, g, self.block_size)
-        elif self._lengths is not None:
-            hashes = own_block_hashes(rid, int(self._lengths[rid]), self.block_size)
-        else:
+        names = self.block_names(rid)
+        if names is None:
             return None
-        self._hashes[rid] = hashes
+        ids, span, tokens = names
+        hashes = self._hashes[rid] = block_hashes(ids, tokens, span, self.block_size)
         return hashes
 
     def _load_from_host(self, hashes: list[int], state: int) -> int:

@@ -55,12 +55,6 @@ def own_ids(rid: int) -> tuple[int]:
     return (-2 - int(rid),)
 
 
-def own_block_hashes(rid: int, num_tokens: int, block_size: int) -> list[int]:
-    """Hashes of the full blocks of a request whose content no other request shares:
-    ``block_hashes`` of ``own_ids(rid)`` naming all of its ``num_tokens`` tokens."""
-    return block_hashes(own_ids(rid), num_tokens, max(int(num_tokens), 1), block_size)
-
-
 class PrefixPool:
     """The cached blocks of one replica: reference counts and the LRU of free cached blocks.
 

@@ -16,7 +16,7 @@ from sim.compiled import lru_map as M
 from sim.compiled.core import PREFIX_SCHEDULERS
 from sim.compiled.prefix_cache import hash_at, num_hashes, prefix_state
 from sim.kv.manager import PagedKVCache
-from sim.kv.prefix import block_hashes, own_block_hashes
+from sim.kv.prefix import block_hashes
 from sim.schedulers import SCHEDULERS
 from tests.sim.schedulers.test_compiled_core import assert_same_records, both_engines
 
@@ -127,9 +127,10 @@ def test_the_compiled_hashes_are_the_caches(requests):
         size = 3
 
     px = prefix_state(kv, Table, 1)
-    expected = [block_hashes(ids[0], 40, SPAN, 4), own_block_hashes(1, 26, 4),
-                own_block_hashes(2, 6, 4)]
+    expected = [block_hashes(ids[0], 40, SPAN, 4), block_hashes((-3,), 26, 26, 4),
+                block_hashes((-4,), 6, 6, 4)]  # a request without ids: one id, -2 - rid
     for rid, want in enumerate(expected):
+        assert kv._block_hashes(rid) == want
         assert num_hashes(px, rid) == len(want) > 0
         assert [hash_at(px, rid, j) for j in range(len(want))] == want
 
